@@ -1,0 +1,210 @@
+"""Load catalog layers (built-in first, then user paths) into one Catalog, collecting every problem.
+
+A layer is a folder (all `*.yaml`/`*.yml` below it, in name order) or a single file. Within a layer names must
+be unique; a later layer's `family` replaces an earlier one of the same name, and `extends` patches one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import build
+from .catalog import Catalog
+from .model import DetectionRules, Family, Location, Model, PromptStyle
+from .paths import builtin_catalog_dir
+from .problems import CatalogError, Problem
+from .semantic import check
+from .validate import validate
+from .versions import upgrade
+from .yamlio import Document, parse
+
+ENV_CATALOG_PATH = "MLX_SERVICE_CATALOG_PATH"
+
+
+@dataclass
+class Locator:
+    """Finds positions inside the parsed documents for problems found after building."""
+
+    documents: dict[str, Document] = field(default_factory=dict)
+
+    def problem(self, loc: Location | None, sub: list, code: str, message: str) -> Problem:
+        if loc is None:
+            return Problem("<catalog>", 1, 1, code, message)
+        doc = self.documents.get(loc.file)
+        if doc is None:
+            return Problem(loc.file, loc.line, loc.col, code, message, loc.json_path)
+        return doc.problem(list(loc.path) + list(sub), code, message)
+
+
+@dataclass
+class LoadResult:
+    catalog: Catalog
+    problems: list[Problem]
+    files: list[str]
+
+    def raise_for_problems(self) -> Catalog:
+        if self.problems:
+            raise CatalogError(self.problems)
+        return self.catalog
+
+
+def user_paths_from_env() -> list[Path]:
+    raw = os.environ.get(ENV_CATALOG_PATH, "")
+    return [Path(p).expanduser() for p in raw.split(os.pathsep) if p.strip()]
+
+
+def layer_files(root: Path) -> list[Path]:
+    if root.is_file():
+        return [root]
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.rglob("*") if p.suffix in {".yaml", ".yml"} and p.is_file())
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def load_catalog(paths: list[Path] | None = None, *, builtin: bool = True) -> LoadResult:
+    """Load the built-in catalog (unless `builtin=False`) plus `paths` (default: MLX_SERVICE_CATALOG_PATH)."""
+    layers = ([builtin_catalog_dir()] if builtin else []) + list(user_paths_from_env() if paths is None else paths)
+    locator = Locator()
+    problems: list[Problem] = []
+    families: dict[str, Family] = {}
+    styles: dict[str, PromptStyle] = {}
+    detection: DetectionRules | None = None
+    files: list[str] = []
+    for root in layers:
+        if not root.exists():
+            problems.append(Problem(str(root), 1, 1, "missing-path", "catalog path does not exist"))
+            continue
+        layer = _Layer(locator, problems)
+        for path in layer_files(root):
+            display = _display(path)
+            files.append(display)
+            layer.add(path, display)
+        layer.merge_into(families, styles)
+        if layer.detection is not None:
+            detection = layer.detection if detection is None else DetectionRules(
+                layer.detection.rules + detection.rules,
+                tuple(dict.fromkeys(layer.detection.moe_keys + detection.moe_keys)),
+            )
+    catalog = Catalog(families, styles, detection or DetectionRules((), ()))
+    problems.extend(check(catalog, locator))
+    return LoadResult(catalog, sorted(set(problems)), files)
+
+
+class _Layer:
+    """The documents of one layer, before they are merged over the earlier layers."""
+
+    def __init__(self, locator: Locator, problems: list[Problem]):
+        self.locator = locator
+        self.problems = problems
+        self.families: dict[str, Family] = {}
+        self.patches: list[tuple[Document, dict]] = []
+        self.styles: dict[str, PromptStyle] = {}
+        self.detection: DetectionRules | None = None
+        self.detection_file: str | None = None
+
+    def add(self, path: Path, display: str) -> None:
+        doc, problems = parse(path, display)
+        if doc is None:
+            self.problems.extend(problems)
+            return
+        self.locator.documents[display] = doc
+        found = upgrade(doc) or validate(doc)
+        if found:
+            self.problems.extend(found)
+            return
+        data = doc.data
+        if "family" in data:
+            fam = build.family(doc, data["family"], ["family"])
+            if fam.name in self.families:
+                other = self.families[fam.name].location
+                self.problems.append(self.locator.problem(
+                    fam.location, ["name"], "duplicate-family",
+                    f"family `{fam.name}` is already defined in {other.file}:{other.line}: rename one"))
+            else:
+                self.families[fam.name] = fam
+        if "extends" in data:
+            self.patches.append((doc, data["extends"]))
+        for i, raw in enumerate(data.get("prompt_styles", [])):
+            style = build.prompt_style(doc, raw, ["prompt_styles", i])
+            if style.name in self.styles:
+                other = self.styles[style.name].location
+                self.problems.append(self.locator.problem(
+                    style.location, ["name"], "duplicate-prompt-style",
+                    f"prompt style `{style.name}` is already defined in {other.file}:{other.line}: rename one"))
+            else:
+                self.styles[style.name] = style
+        if "detection" in data:
+            if self.detection is not None:
+                self.problems.append(doc.problem(["detection"], "duplicate-detection",
+                                                 f"detection rules are already defined in {self.detection_file}: "
+                                                 "keep one detection file per catalog folder"))
+            else:
+                self.detection = build.detection(doc, data["detection"], ["detection"])
+                self.detection_file = display
+
+    def merge_into(self, families: dict[str, Family], styles: dict[str, PromptStyle]) -> None:
+        families.update(self.families)
+        styles.update(self.styles)
+        for doc, raw in self.patches:
+            name = raw["family"]
+            if name not in families:
+                close = difflib.get_close_matches(name, list(families), n=1)
+                hint = f" (did you mean `{close[0]}`?)" if close else ""
+                self.problems.append(doc.problem(["extends", "family"], "unknown-family",
+                                                 f"`extends` names family `{name}`, which no earlier catalog "
+                                                 f"layer defines{hint}: define it with `family:` instead"))
+                continue
+            families[name] = self._patched(families[name], doc, raw)
+
+    def _patched(self, fam: Family, doc: Document, raw: dict) -> Family:
+        changes = {k: build.plain(raw[k]) for k in ("description", "prompt_style", "context_length",
+                                                     "default_size") if k in raw}
+        for key in ("abilities", "aliases"):
+            if key in raw:
+                changes[key] = tuple(raw[key])
+        if "sampling" in raw:
+            changes["sampling"] = dataclasses.replace(fam.sampling, **build.plain(raw["sampling"]))
+        models = {m.size: m for m in fam.models}
+        for i, patch in enumerate(raw.get("models", [])):
+            path = ["extends", "models", i]
+            size = str(patch["size"])
+            if size in models:
+                models[size] = self._patched_model(models[size], doc, patch, path)
+                continue
+            missing = [k for k in ("parameters", "architecture", "default_quantization", "quantizations")
+                       if k not in patch]
+            if missing:
+                self.problems.append(doc.problem(path, "incomplete-model",
+                                                 f"size `{size}` is new to family `{fam.name}`, so it needs "
+                                                 f"{', '.join('`' + k + '`' for k in missing)}"))
+                continue
+            models[size] = build.model(doc, patch, path)
+        return dataclasses.replace(fam, models=tuple(models.values()), **changes)
+
+    @staticmethod
+    def _patched_model(model: Model, doc: Document, patch: dict, path: list) -> Model:
+        built = {k: build.plain(patch[k]) for k in ("default_quantization", "context_length") if k in patch}
+        if "parameters" in patch:
+            built["parameters"] = float(patch["parameters"])
+        if "active_parameters" in patch:
+            built["active_parameters"] = float(patch["active_parameters"])
+        if "aliases" in patch:
+            built["aliases"] = tuple(patch["aliases"])
+        if "architecture" in patch:
+            built["architecture"] = build.architecture(patch["architecture"])
+        quants = {q.name: q for q in model.quantizations}
+        for j, q in enumerate(patch.get("quantizations", [])):
+            new = build.quantization(doc, q, path + ["quantizations", j])
+            quants[new.name] = new
+        return dataclasses.replace(model, quantizations=tuple(quants.values()), **built)
