@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 from .model import (
     Architecture,
     DetectionRules,
@@ -41,7 +39,7 @@ def architecture(raw: dict) -> Architecture:
     fields = dict(plain(raw))
     fields["architectures"] = tuple(fields["architectures"])
     fields["attention_pattern"] = tuple(fields.get("attention_pattern", ()))
-    fields["extra_config"] = MappingProxyType(fields.get("extra_config", {}))
+    fields["extra_config"] = tuple(sorted(fields.get("extra_config", {}).items()))
     return Architecture(**fields)
 
 

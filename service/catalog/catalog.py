@@ -19,6 +19,9 @@ class Catalog:
         self.detection = detection
         self._resolver = Resolver(self.families)
 
+    def __reduce__(self):  # picklable for the layer cache: rebuild the index on load
+        return (Catalog, (dict(self.families), dict(self.prompt_styles), self.detection))
+
     def resolve(self, name: str) -> Entry | UncatalogedRepo:
         """Resolve a tag, alias or repo id; raises ModelNotFound or AmbiguousModel."""
         return self._resolver.resolve(name)

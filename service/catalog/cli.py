@@ -27,7 +27,7 @@ def _params(n: float) -> str:
 
 
 def cmd_lint(args) -> int:
-    result = load_catalog([Path(p) for p in args.paths], builtin=not args.no_builtin)
+    result = load_catalog([Path(p) for p in args.paths], builtin=not args.no_builtin, cache=False)
     if args.format == "json":
         print(json.dumps({"files": result.files, "problems": [p.as_dict() for p in result.problems]}, indent=2))
     else:

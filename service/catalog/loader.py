@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import build
+from . import cache as layer_cache
 from .catalog import Catalog
 from .model import DetectionRules, Family, Location, Model, PromptStyle
 from .paths import builtin_catalog_dir
@@ -72,8 +73,11 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-def load_catalog(paths: list[Path] | None = None, *, builtin: bool = True) -> LoadResult:
-    """Load the built-in catalog (unless `builtin=False`) plus `paths` (default: MLX_SERVICE_CATALOG_PATH)."""
+def load_catalog(paths: list[Path] | None = None, *, builtin: bool = True, cache: bool = True) -> LoadResult:
+    """Load the built-in catalog (unless `builtin=False`) plus `paths` (default: MLX_SERVICE_CATALOG_PATH).
+
+    `cache=False` parses every file (lint does); otherwise unchanged clean layers come from the layer cache.
+    """
     layers = ([builtin_catalog_dir()] if builtin else []) + list(user_paths_from_env() if paths is None else paths)
     locator = Locator()
     problems: list[Problem] = []
@@ -85,11 +89,9 @@ def load_catalog(paths: list[Path] | None = None, *, builtin: bool = True) -> Lo
         if not root.exists():
             problems.append(Problem(str(root), 1, 1, "missing-path", "catalog path does not exist"))
             continue
-        layer = _Layer(locator, problems)
-        for path in layer_files(root):
-            display = _display(path)
-            files.append(display)
-            layer.add(path, display)
+        entries = [(path, _display(path)) for path in layer_files(root)]
+        files.extend(display for _, display in entries)
+        layer = _read_layer(entries, locator, problems, cache)
         layer.merge_into(families, styles)
         if layer.detection is not None:
             detection = layer.detection if detection is None else DetectionRules(
@@ -99,6 +101,21 @@ def load_catalog(paths: list[Path] | None = None, *, builtin: bool = True) -> Lo
     catalog = Catalog(families, styles, detection or DetectionRules((), ()))
     problems.extend(check(catalog, locator))
     return LoadResult(catalog, sorted(set(problems)), files)
+
+
+def _read_layer(entries: list[tuple[Path, str]], locator: Locator, problems: list[Problem], cache: bool) -> _Layer:
+    key = layer_cache.layer_key(entries) if cache else ""
+    cached = layer_cache.load(key) if cache else None
+    layer = _Layer(locator, problems)
+    if cached is not None:
+        layer.families, layer.styles, layer.detection, layer.detection_file = cached
+        return layer
+    before = len(problems)
+    for path, display in entries:
+        layer.add(path, display)
+    if cache and len(problems) == before and not layer.patches:
+        layer_cache.store(key, (layer.families, layer.styles, layer.detection, layer.detection_file))
+    return layer
 
 
 class _Layer:

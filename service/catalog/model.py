@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Mapping
-
-EMPTY: Mapping = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -42,7 +38,7 @@ class Architecture:
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
     torch_dtype: str | None = None
-    extra_config: Mapping = field(default_factory=lambda: EMPTY, compare=False)
+    extra_config: tuple = field(default=(), compare=False)  # (key, value) pairs, written into config.json
 
     @property
     def effective_head_dim(self) -> int:

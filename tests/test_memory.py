@@ -1,0 +1,67 @@
+"""Memory estimator formulas (measured against real peak memory by bench/memory.py)."""
+
+from __future__ import annotations
+
+from service.catalog import estimate
+from service.catalog.memory import KV_STEP, bits_per_weight
+
+
+def test_kv_per_token_qwen3_8b(builtin):
+    # 2 (K,V) x 36 layers x 8 KV heads x 128 head_dim x 2 bytes (bf16)
+    est = estimate(builtin.resolve("qwen3:8b"), context=32768)
+    assert est.kv_bytes_per_token == 2 * 36 * 8 * 128 * 2
+    assert est.kv_cache == est.kv_bytes_per_token * 32768  # 32768 is a multiple of the 256-token step
+
+
+def test_kv_rounds_up_to_allocation_step(builtin):
+    entry = builtin.resolve("qwen3:8b")
+    assert estimate(entry, context=1).kv_cache == estimate(entry, context=KV_STEP).kv_cache
+    assert estimate(entry, context=KV_STEP + 1).kv_cache == 2 * estimate(entry, context=KV_STEP).kv_cache
+
+
+def test_sliding_window_layers_are_capped(builtin):
+    entry = builtin.resolve("gpt-oss:20b")  # 12 full + 12 sliding (window 128) layers, 8 KV heads x 64
+    full_per_token = 12 * 2 * 8 * 64 * 2
+    est = estimate(entry, context=131072)
+    assert est.kv_bytes_per_token == full_per_token
+    window = 12 * 2 * 8 * 64 * 2 * KV_STEP  # the 128-token window still allocates one 256-token step
+    assert est.kv_cache == full_per_token * 131072 + window
+
+
+def test_moe_weights_count_all_experts(builtin):
+    entry = builtin.resolve("qwen3:30b-a3b-4bit")
+    assert estimate(entry).weights == int(30.5e9 * 4.5 / 8)
+
+
+def test_effective_bits(builtin):
+    q = builtin.resolve("qwen3:8b-4bit").quantization
+    assert bits_per_weight(q) == 4.5
+    assert bits_per_weight(builtin.resolve("qwen3:8b-8bit").quantization) == 8.5
+    assert bits_per_weight(builtin.resolve("gpt-oss:20b").quantization) == 4.25
+
+
+def test_parallel_and_quantized_kv(builtin):
+    entry = builtin.resolve("llama3.1:8b")
+    one = estimate(entry, context=8192)
+    two = estimate(entry, context=8192, parallel=2)
+    assert two.kv_cache == 2 * one.kv_cache and two.weights == one.weights
+    q8 = estimate(entry, context=8192, kv_bits=8)
+    assert abs(q8.kv_cache / one.kv_cache - 8.5 / 16) < 1e-6
+
+
+def test_fused_attention_drops_the_score_matrix(builtin):
+    entry = builtin.resolve("llama3.1:8b")
+    fused = estimate(entry, context=8192, fused_attention=True)
+    unfused = estimate(entry, context=8192, fused_attention=False)
+    assert unfused.activations - fused.activations == 2 * 32 * 2048 * 8192 * 2
+
+
+def test_checkpoint_size_wins_over_formula(write):
+    from service.catalog import load_catalog
+
+    from .conftest import VALID_FAMILY
+
+    text = VALID_FAMILY.replace("mode: affine", "mode: affine\n          size_bytes: 600000000")
+    entry = load_catalog([write(text)]).raise_for_problems().resolve("testfam")
+    assert estimate(entry).weights == 600_000_000
+    assert estimate(entry).total == estimate(entry).weights + estimate(entry).kv_cache + estimate(entry).activations
