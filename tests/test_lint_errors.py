@@ -52,6 +52,8 @@ CASES = {
     "no-content": ("schema_version: 1\n", "schema-required", 1),
     "date-version": (mutate("- size: 1b", "- size: 2025-01-01").replace("default_size: 1b", "default_size: 2025-01-01"),
                      None, None),
+    "float-size": (mutate("- size: 1b", "- size: 1.10").replace("default_size: 1b", "default_size: '1.10'"),
+                   "schema-type", 15),
     # --- semantic checks
     "unknown-style": (mutate("prompt_style: chatml", "prompt_style: nosuch"), "unknown-prompt-style", 11),
     "unknown-default-size": (mutate("default_size: 1b", "default_size: 2b"), "unknown-default-size", 13),

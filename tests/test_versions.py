@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.catalog import CURRENT_SCHEMA_VERSION, load_catalog, versions
+from service.catalog import load_catalog, versions
+from service.catalog.versions import CURRENT_SCHEMA_VERSION
 from service.catalog.yamlio import parse
 
 from .conftest import VALID_FAMILY
@@ -17,7 +18,7 @@ def rename_repo_id(data):
     for model in data.get("family", {}).get("models", []):
         for quant in model.get("quantizations", []):
             if "repo_id" in quant:
-                quant.insert(list(quant).index("repo_id"), "repo", quant.pop("repo_id"))
+                quant["repo"] = quant.pop("repo_id")
 
 
 @pytest.fixture

@@ -10,10 +10,8 @@ from .memory import MemoryEstimate, estimate
 from .model import Architecture, Entry, Family, Model, PromptStyle, Quantization
 from .problems import CatalogError, Problem
 from .resolve import AmbiguousModel, ModelNotFound, ResolveError, UncatalogedRepo
-from .versions import CURRENT_SCHEMA_VERSION
 
 __all__ = [
-    "CURRENT_SCHEMA_VERSION",
     "AmbiguousModel",
     "Architecture",
     "Catalog",

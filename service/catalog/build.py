@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .model import (
     Architecture,
     DetectionRules,
@@ -18,7 +20,9 @@ from .model import (
     ToolCallFormat,
 )
 from .problems import json_path
-from .yamlio import Document
+
+if TYPE_CHECKING:
+    from .yamlio import Document
 
 
 def plain(value):

@@ -51,12 +51,16 @@ def load(key: str):
 
 
 def store(key: str, value) -> None:
-    folder = cache_dir()
+    store_bytes(cache_dir() / f"{key}.pickle", pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def store_bytes(path: Path, data: bytes) -> None:
+    """Write atomically; a cache that cannot be written (read-only home) is silently skipped."""
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
-            pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, folder / f"{key}.pickle")
+            f.write(data)
+        os.replace(tmp, path)
     except OSError:
-        pass  # a read-only home must not stop the service
+        pass

@@ -11,6 +11,7 @@ import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import build
 from . import cache as layer_cache
@@ -19,9 +20,9 @@ from .model import DetectionRules, Family, Location, Model, PromptStyle
 from .paths import builtin_catalog_dir
 from .problems import CatalogError, Problem
 from .semantic import check
-from .validate import validate
-from .versions import upgrade
-from .yamlio import Document, parse
+
+if TYPE_CHECKING:
+    from .yamlio import Document
 
 ENV_CATALOG_PATH = "MLX_SERVICE_CATALOG_PATH"
 
@@ -76,7 +77,8 @@ def _display(path: Path) -> str:
 def load_catalog(paths: list[Path] | None = None, *, builtin: bool = True, cache: bool = True) -> LoadResult:
     """Load the built-in catalog (unless `builtin=False`) plus `paths` (default: MLX_SERVICE_CATALOG_PATH).
 
-    `cache=False` parses every file (lint does); otherwise unchanged clean layers come from the layer cache.
+    `cache=False` parses every file and validates it with the reference validator (lint does); otherwise unchanged
+    clean layers come from the layer cache and changed ones are checked by the fast validator first.
     """
     layers = ([builtin_catalog_dir()] if builtin else []) + list(user_paths_from_env() if paths is None else paths)
     locator = Locator()
@@ -106,7 +108,7 @@ def load_catalog(paths: list[Path] | None = None, *, builtin: bool = True, cache
 def _read_layer(entries: list[tuple[Path, str]], locator: Locator, problems: list[Problem], cache: bool) -> _Layer:
     key = layer_cache.layer_key(entries) if cache else ""
     cached = layer_cache.load(key) if cache else None
-    layer = _Layer(locator, problems)
+    layer = _Layer(locator, problems, thorough=not cache)
     if cached is not None:
         layer.families, layer.styles, layer.detection, layer.detection_file = cached
         return layer
@@ -121,8 +123,9 @@ def _read_layer(entries: list[tuple[Path, str]], locator: Locator, problems: lis
 class _Layer:
     """The documents of one layer, before they are merged over the earlier layers."""
 
-    def __init__(self, locator: Locator, problems: list[Problem]):
+    def __init__(self, locator: Locator, problems: list[Problem], thorough: bool):
         self.locator = locator
+        self.thorough = thorough
         self.problems = problems
         self.families: dict[str, Family] = {}
         self.patches: list[tuple[Document, dict]] = []
@@ -131,12 +134,18 @@ class _Layer:
         self.detection_file: str | None = None
 
     def add(self, path: Path, display: str) -> None:
+        # Imported here: the YAML parser and jsonschema are only needed when a layer is not in the cache,
+        # and importing them costs more than a warm start takes.
+        from .validate import validate
+        from .versions import upgrade
+        from .yamlio import parse
+
         doc, problems = parse(path, display)
         if doc is None:
             self.problems.extend(problems)
             return
         self.locator.documents[display] = doc
-        found = upgrade(doc) or validate(doc)
+        found = upgrade(doc) or validate(doc, self.thorough)
         if found:
             self.problems.extend(found)
             return

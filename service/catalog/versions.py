@@ -1,16 +1,17 @@
 """Catalog format versions: refuse files from the future, migrate files from the past.
 
-A migration takes a parsed document of version N and rewrites it, in place, to version N+1. Editing the
-ruamel tree in place keeps the positions of untouched nodes, so errors in migrated files still point at the
-author's lines.
+A migration takes a parsed document of version N and rewrites its data, in place, to version N+1. Positions
+are kept by key path, so errors in untouched parts of a migrated file still point at the author's lines.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .problems import Problem
-from .yamlio import Document
+
+if TYPE_CHECKING:
+    from .yamlio import Document
 
 CURRENT_SCHEMA_VERSION = 1
 
