@@ -19,7 +19,6 @@ from .model import (
     ThinkingTags,
     ToolCallFormat,
 )
-from .problems import json_path
 
 if TYPE_CHECKING:
     from .yamlio import Document
@@ -35,8 +34,7 @@ def plain(value):
 
 
 def location(doc: Document, path) -> Location:
-    line, col = doc.position(path)
-    return Location(doc.file, line, col, json_path(path), tuple(path))
+    return Location(doc.file, tuple(path))
 
 
 def architecture(raw: dict) -> Architecture:

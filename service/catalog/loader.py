@@ -18,7 +18,7 @@ from . import cache as layer_cache
 from .catalog import Catalog
 from .model import DetectionRules, Family, Location, Model, PromptStyle
 from .paths import builtin_catalog_dir
-from .problems import CatalogError, Problem
+from .problems import CatalogError, Problem, json_path
 from .semantic import check
 
 if TYPE_CHECKING:
@@ -31,15 +31,27 @@ ENV_CATALOG_PATH = "MLX_SERVICE_CATALOG_PATH"
 class Locator:
     """Finds positions inside the parsed documents for problems found after building."""
 
-    documents: dict[str, Document] = field(default_factory=dict)
+    documents: dict[str, Document | None] = field(default_factory=dict)
 
     def problem(self, loc: Location | None, sub: list, code: str, message: str) -> Problem:
         if loc is None:
             return Problem("<catalog>", 1, 1, code, message)
-        doc = self.documents.get(loc.file)
+        path = list(loc.path) + list(sub)
+        doc = self.document(loc.file)
         if doc is None:
-            return Problem(loc.file, loc.line, loc.col, code, message, loc.json_path)
-        return doc.problem(list(loc.path) + list(sub), code, message)
+            return Problem(loc.file, 1, 1, code, message, json_path(path))
+        return doc.problem(path, code, message)
+
+    def where(self, loc: Location) -> str:
+        return f"{loc.file}:{self.problem(loc, [], '', '').line}"
+
+    def document(self, file: str) -> Document | None:
+        """The parsed file; a layer that came from the cache is parsed again only when a problem needs it."""
+        if file not in self.documents:
+            from .yamlio import parse
+
+            self.documents[file] = parse(Path(file), file)[0]
+        return self.documents[file]
 
 
 @dataclass
@@ -156,7 +168,7 @@ class _Layer:
                 other = self.families[fam.name].location
                 self.problems.append(self.locator.problem(
                     fam.location, ["name"], "duplicate-family",
-                    f"family `{fam.name}` is already defined in {other.file}:{other.line}: rename one"))
+                    f"family `{fam.name}` is already defined in {self.locator.where(other)}: rename one"))
             else:
                 self.families[fam.name] = fam
         if "extends" in data:
@@ -167,7 +179,7 @@ class _Layer:
                 other = self.styles[style.name].location
                 self.problems.append(self.locator.problem(
                     style.location, ["name"], "duplicate-prompt-style",
-                    f"prompt style `{style.name}` is already defined in {other.file}:{other.line}: rename one"))
+                    f"prompt style `{style.name}` is already defined in {self.locator.where(other)}: rename one"))
             else:
                 self.styles[style.name] = style
         if "detection" in data:

@@ -7,12 +7,10 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Location:
-    """Where an entity was declared, so semantic checks can point at it."""
+    """Where an entity was declared: its file and key path. Line and column are looked up only when a
+    problem needs them (see loader.Locator), because computing them for every entity costs more than parsing."""
 
     file: str
-    line: int
-    col: int
-    json_path: str
     path: tuple = ()
 
 

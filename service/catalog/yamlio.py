@@ -10,7 +10,7 @@ position, not a crash), and duplicate keys are errors.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,25 +30,40 @@ except ImportError:  # pragma: no cover - depends on the platform's wheels
     _PURE = True
 
 _TAG = "tag:yaml.org,2002:"
+_MERGE = _TAG + "merge"
 Position = tuple[int, int]
 
 
 class _Yaml12Resolver(VersionedResolver):
-    """YAML 1.2 implicit typing without ruamel's per-node version lookup (which dominates compose time)."""
+    """YAML 1.2 implicit typing, memoized by scalar text and sharing Tag objects.
 
-    _table = None
+    ruamel's own resolver looks up the document's YAML version for every node and builds a new Tag each time,
+    which dominated the time to compose a catalog.
+    """
+
+    _table: dict | None = None
+    _memo: dict[str, Tag] = {}
+    _tags: dict[str, Tag] = {}
 
     def resolve(self, kind, value, implicit):
-        if kind is ScalarNode:
-            if implicit[0]:
-                table = _Yaml12Resolver._table
-                if table is None:
-                    table = _Yaml12Resolver._table = self.versioned_resolver
-                for tag, regexp in table.get(value[:1], []) + table.get(None, []):
-                    if regexp.match(value):
-                        return Tag(suffix=tag)
+        if kind is not ScalarNode:
+            return self.DEFAULT_SEQUENCE_TAG if kind is SequenceNode else self.DEFAULT_MAPPING_TAG
+        if not implicit[0]:
             return self.DEFAULT_SCALAR_TAG
-        return self.DEFAULT_SEQUENCE_TAG if kind is SequenceNode else self.DEFAULT_MAPPING_TAG
+        memo = _Yaml12Resolver._memo
+        tag = memo.get(value)
+        if tag is None:
+            if _Yaml12Resolver._table is None:
+                _Yaml12Resolver._table = self.versioned_resolver
+            table = _Yaml12Resolver._table
+            tag = self.DEFAULT_SCALAR_TAG
+            for suffix, regexp in table.get(value[:1], []) + table.get(None, []):
+                if regexp.match(value):
+                    tag = self._tags.get(suffix) or self._tags.setdefault(suffix, Tag(suffix=suffix))
+                    break
+            if len(memo) < 100_000:
+                memo[value] = tag
+        return tag
 
 
 def _yaml() -> YAML:
@@ -65,79 +80,85 @@ class DuplicateKey(YAMLError):
 
 @dataclass
 class Document:
-    """A parsed YAML file: plain Python `data`, plus 1-based positions by key path."""
+    """A parsed YAML file: plain Python `data`, plus the node tree that knows where everything is."""
 
     file: str
     data: Any
-    values: dict[tuple, Position] = field(default_factory=dict)  # where each node starts
-    keys: dict[tuple, Position] = field(default_factory=dict)  # where a mapping member's key is
+    root: Any = None  # ruamel node tree; walked only when a problem needs a position
 
     def position(self, path) -> Position:
         """Position of the deepest node on `path` that has one: a collection by its key, a scalar by its value."""
-        path = tuple(path)
-        for end in range(len(path), -1, -1):
-            prefix = path[:end]
-            if prefix in self.values:
-                if prefix in self.keys and isinstance(self._node(prefix), (dict, list)):
-                    return self.keys[prefix]
-                return self.values[prefix]
-        return 1, 1
+        node, where = self.root, (1, 1)
+        if node is None:
+            return where
+        where = _at(node.start_mark)
+        for part in path:
+            found = _child(node, part)
+            if found is None:
+                break  # merged keys and migrated nodes: keep the parent's position
+            key_node, node = found
+            where = _at(key_node.start_mark if key_node is not None and not isinstance(node, ScalarNode)
+                        else node.start_mark)
+        return where
 
     def key_position(self, path, key) -> Position:
         """Position of `key` inside the mapping at `path` (for unknown-key errors)."""
-        return self.keys.get(tuple(path) + (key,)) or self.position(path)
+        node = self.root
+        for part in path:
+            found = _child(node, part)
+            if found is None:
+                return self.position(path)
+            node = found[1]
+        found = _child(node, key)
+        return _at(found[0].start_mark) if found and found[0] is not None else self.position(path)
 
     def problem(self, path, code: str, message: str) -> Problem:
         line, col = self.position(path)
         return Problem(self.file, line, col, code, message, json_path(path))
 
-    def _node(self, path):
-        node = self.data
-        try:
-            for part in path:
-                node = node[part]
-        except (KeyError, IndexError, TypeError):
-            return None
-        return node
+
+def _at(mark) -> Position:
+    return mark.line + 1, mark.column + 1
 
 
-class _Builder:
-    """Node tree -> plain values, recording positions (YAML 1.2 core schema for plain scalars)."""
-
-    def __init__(self, doc: Document):
-        self.doc = doc
-
-    def build(self, node, path: tuple):
-        self.doc.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
-        if isinstance(node, MappingNode):
-            return self._mapping(node, path)
-        if isinstance(node, SequenceNode):
-            return [self.build(item, path + (i,)) for i, item in enumerate(node.value)]
-        return _scalar(node)
-
-    def _mapping(self, node: MappingNode, path: tuple) -> dict:
-        out: dict = {}
-        merged: dict = {}
+def _child(node, part):
+    """(key node or None, value node) of `part` below `node`, or None."""
+    if isinstance(node, MappingNode):
         for key_node, value_node in node.value:
-            if key_node.tag == _TAG + "merge":  # `<<: *anchor` - explicit keys win over merged ones
-                sources = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
-                for source in sources:
-                    if isinstance(source, MappingNode):
-                        for k, v in self._mapping(source, path).items():
-                            merged.setdefault(k, v)
-                continue
-            key = _scalar(key_node) if isinstance(key_node, ScalarNode) else str(key_node.value)
-            if key in out:
-                raise DuplicateKey(str(key), key_node.start_mark)
-            self.doc.keys[path + (key,)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-            out[key] = self.build(value_node, path + (key,))
-        for key, value in merged.items():
-            out.setdefault(key, value)
-        return out
+            if isinstance(key_node, ScalarNode) and _scalar(key_node) == part:
+                return key_node, value_node
+    elif isinstance(node, SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+        return None, node.value[part]
+    return None
+
+
+def _build(node):
+    """Node tree -> plain values (YAML 1.2 core schema for plain scalars; merge keys; duplicate keys fail)."""
+    if isinstance(node, ScalarNode):
+        return _scalar(node)
+    if isinstance(node, SequenceNode):
+        return [_build(item) for item in node.value]
+    out: dict = {}
+    merged: dict = {}
+    for key_node, value_node in node.value:
+        if str(key_node.ctag) == _MERGE:  # `<<: *anchor` - explicit keys win over merged ones
+            sources = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
+            for source in sources:
+                if isinstance(source, MappingNode):
+                    for k, v in _build(source).items():
+                        merged.setdefault(k, v)
+            continue
+        key = _scalar(key_node) if isinstance(key_node, ScalarNode) else str(key_node.value)
+        if key in out:
+            raise DuplicateKey(str(key), key_node.start_mark)
+        out[key] = _build(value_node)
+    for key, value in merged.items():
+        out.setdefault(key, value)
+    return out
 
 
 def _scalar(node: ScalarNode):
-    tag, value = node.tag, node.value
+    tag, value = str(node.ctag), node.value
     if tag == _TAG + "null":
         return None
     if tag == _TAG + "bool":
@@ -188,12 +209,11 @@ def parse(path: Path, display: str | None = None) -> tuple[Document | None, list
         indent = content[: len(content) - len(content.lstrip(" \t"))]
         if "\t" in indent:
             return fail((number, indent.index("\t") + 1), "yaml-tab", "tab used for indentation: use spaces")
-    doc = Document(name, None)
     try:
         node = _yaml().compose(text)
         if node is None:
             return fail((1, 1), "empty-file", "the file is empty: it needs at least `schema_version`")
-        doc.data = _Builder(doc).build(node, ())
+        doc = Document(name, _build(node), node)
     except DuplicateKey as exc:
         return fail((exc.mark.line + 1, exc.mark.column + 1), "yaml-duplicate-key",
                     f"duplicate key `{exc.key}`: keep only one")
