@@ -75,3 +75,17 @@ def _isolated_cache(tmp_path_factory):
 
     os.environ["MLX_SERVICE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
     yield
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory):
+    """Shared by every test server, so each generated test model is built once per session."""
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="module")
+def server(models_dir):
+    from .server import Server
+
+    with Server(models_dir) as srv:
+        yield srv

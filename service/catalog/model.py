@@ -32,6 +32,7 @@ class Architecture:
     attention_pattern: tuple[str, ...] = ()
     num_experts: int | None = None
     num_experts_per_tok: int | None = None
+    moe_intermediate_size: int | None = None
     tie_word_embeddings: bool | None = None
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
@@ -70,6 +71,7 @@ class Architecture:
             "sliding_window": self.sliding_window,
             "num_experts": self.num_experts,
             "num_experts_per_tok": self.num_experts_per_tok,
+            "moe_intermediate_size": self.moe_intermediate_size,
             "tie_word_embeddings": self.tie_word_embeddings,
             "kv_lora_rank": self.kv_lora_rank,
             "qk_rope_head_dim": self.qk_rope_head_dim,

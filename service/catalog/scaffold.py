@@ -16,7 +16,7 @@ from .detect import UndetectableModel
 
 _ARCH_KEYS = [
     "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-    "intermediate_size", "vocab_size", "max_position_embeddings", "sliding_window",
+    "intermediate_size", "vocab_size", "max_position_embeddings", "sliding_window", "moe_intermediate_size",
 ]
 _EXPERT_KEYS = [("num_experts", "num_local_experts", "n_routed_experts"), ("num_experts_per_tok", "experts_per_token")]
 _DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "I64": 8, "I32": 4, "U32": 4, "I16": 2, "U16": 2,

@@ -1,4 +1,4 @@
-"""Build `generated` catalog entries: tiny random-weight checkpoints that load through the real mlx-lm path.
+"""Build `generated` catalog entries (their recipe): tiny random-weight checkpoints that load through the real mlx-lm path.
 
 They make tests, benchmarks and the offline demo independent of the Hub. The weights come from mlx-lm's own
 model classes (so any architecture mlx-lm knows can be generated), the tokenizer is a byte-level BPE trained on a
@@ -82,7 +82,7 @@ def write_weights(dest: Path, entry: Entry, config: dict) -> dict:
     return config
 
 
-def generate_checkpoint(entry: Entry, style: PromptStyle | None, dest: Path) -> Path:
+def build_checkpoint(entry: Entry, style: PromptStyle | None, dest: Path) -> Path:
     """Build the checkpoint of a `generated` entry at `dest` (replacing nothing that is already complete)."""
     if entry.quantization.generated is None:
         raise ValueError(f"{entry.tag} is not a generated entry")

@@ -10,7 +10,7 @@ import pytest
 from mlx_lm.utils import get_total_parameters
 
 from service.catalog import load_catalog
-from service.generate import generate_checkpoint
+from service.recipes import build_checkpoint
 
 from .conftest import ROOT
 
@@ -18,7 +18,7 @@ from .conftest import ROOT
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory, builtin):
     entry = builtin.resolve("demo")
-    path = generate_checkpoint(entry, builtin.prompt_style(entry), tmp_path_factory.mktemp("models") / "demo")
+    path = build_checkpoint(entry, builtin.prompt_style(entry), tmp_path_factory.mktemp("models") / "demo")
     return entry, path
 
 
@@ -35,13 +35,13 @@ def test_demo_loads_with_mlx_lm_and_matches_catalog(demo):
 
 def test_generation_is_reproducible(demo, tmp_path, builtin):
     entry, path = demo
-    again = generate_checkpoint(entry, builtin.prompt_style(entry), tmp_path / "again")
+    again = build_checkpoint(entry, builtin.prompt_style(entry), tmp_path / "again")
     assert (again / "model.safetensors").read_bytes() == (path / "model.safetensors").read_bytes()
     assert (again / "tokenizer.json").read_bytes() == (path / "tokenizer.json").read_bytes()
 
 
 def test_failed_build_leaves_nothing(builtin, tmp_path, monkeypatch):
-    import service.generate as gen
+    import service.recipes as gen
 
     entry = builtin.resolve("demo")
 
@@ -50,7 +50,7 @@ def test_failed_build_leaves_nothing(builtin, tmp_path, monkeypatch):
 
     monkeypatch.setattr(gen, "write_weights", boom)
     with pytest.raises(RuntimeError):
-        gen.generate_checkpoint(entry, builtin.prompt_style(entry), tmp_path / "demo")
+        gen.build_checkpoint(entry, builtin.prompt_style(entry), tmp_path / "demo")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -61,7 +61,7 @@ def test_quantized_generated_entry(tmp_path, write):
         "        - name: q4\n          bits: 4\n          group_size: 32\n          mode: affine\n")
     catalog = load_catalog([write(text)]).raise_for_problems()
     entry = catalog.resolve("demo4")
-    path = generate_checkpoint(entry, catalog.prompt_style(entry), tmp_path / "q4")
+    path = build_checkpoint(entry, catalog.prompt_style(entry), tmp_path / "q4")
     model, tokenizer = mlx_lm.load(str(path))
     assert model.layers[0].mlp.up_proj.bits == 4
     assert mlx_lm.generate(model, tokenizer, "hello", max_tokens=4) is not None

@@ -1,0 +1,108 @@
+"""Memory estimator vs measured peak memory, on generated models (bench/catalog/) of four architectures.
+
+For each architecture x {float32, bfloat16, 4-bit} x context, a fresh process builds (once) and loads the
+checkpoint through mlx_lm.load, prefills a random prompt of `context - 16` tokens, decodes 16 tokens, and
+reports mx.get_peak_memory(). The estimate is service.catalog.estimate(entry, context). Target: every row
+within +-10%. Run: `make bench` (or `.venv/bin/python bench/memory.py [--contexts 512 2048]`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+from _report import RESULTS, table, write  # noqa: E402
+
+DECODE = 16
+TOLERANCE = 0.10
+
+
+def catalog():
+    from service.catalog import load_catalog
+
+    return load_catalog([HERE / "catalog"]).raise_for_problems()
+
+
+def worker(tag: str, context: int) -> dict:
+    """Runs in its own process so that every peak starts from nothing."""
+    import mlx.core as mx
+    import mlx_lm
+    from mlx_lm.generate import generate_step
+
+    from service.recipes import build_checkpoint
+
+    cat = catalog()
+    entry = cat.resolve(tag)
+    path = build_checkpoint(entry, cat.prompt_style(entry), RESULTS / "models" / tag.replace(":", "-"))
+    mx.reset_peak_memory()
+    model, _ = mlx_lm.load(str(path))
+    mx.random.seed(0)
+    prompt = mx.random.randint(0, entry.model.architecture.vocab_size, (context - DECODE,))
+    for _ in generate_step(prompt, model, max_tokens=DECODE):
+        pass
+    return {"peak": mx.get_peak_memory()}
+
+
+def measure(tag: str, context: int) -> dict:
+    proc = subprocess.run([sys.executable, __file__, "--worker", tag, str(context)], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if proc.returncode:
+        if "Currently only supports float32" in proc.stderr:  # MLX's CPU GatherMM (MoE) has no bf16 kernel
+            return {"peak": None, "why": "MLX CPU backend: GatherMM supports float32 only"}
+        raise RuntimeError(f"{tag} @ {context}: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--contexts", type=int, nargs="+", default=[512, 2048, 8192])
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--worker", nargs=2, metavar=("TAG", "CONTEXT"))
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker[0], int(args.worker[1]))))
+        return
+
+    from service.catalog import estimate
+
+    cat = catalog()
+    entries = [e for e in cat.entries() if e.family.name.startswith("bench-")]
+    for entry in entries:  # build checkpoints once, before the timed runs
+        measure(entry.tag, 256 + DECODE)
+    jobs = [(e, c) for e in entries for c in args.contexts]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        peaks = list(pool.map(lambda job: measure(job[0].tag, job[1])["peak"], jobs))
+    rows, skipped = [], set()
+    for (entry, context), peak in zip(jobs, peaks):
+        if peak is None:
+            skipped.add(entry.tag)
+            continue
+        est = estimate(entry, context=context)
+        error = est.total / peak - 1
+        rows.append({"model": entry.tag, "context": context, "measured_MiB": round(peak / 2**20, 1),
+                     "estimate_MiB": round(est.total / 2**20, 1), "weights": round(est.weights / 2**20, 1),
+                     "kv": round(est.kv_cache / 2**20, 1), "activations": round(est.activations / 2**20, 1),
+                     "error": f"{error:+.1%}", "ok": "yes" if abs(error) <= TOLERANCE else "NO", "_error": error})
+    print(table(rows, ["model", "context", "measured_MiB", "estimate_MiB", "weights", "kv", "activations", "error",
+                       "ok"]))
+    for tag in sorted(skipped):
+        print(f"{tag}: not measurable here (MLX's CPU GatherMM kernel supports float32 only)")
+    worst = max(rows, key=lambda r: abs(r["_error"]))
+    print(f"\nworst row: {worst['model']} @ {worst['context']}: {worst['error']} "
+          f"({'within' if abs(worst['_error']) <= TOLERANCE else 'OUTSIDE'} +-{TOLERANCE:.0%})")
+    path = write("memory", {"tolerance": TOLERANCE, "rows": rows, "worst": worst, "skipped": sorted(skipped)})
+    print(f"wrote {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""HTTP: one FastAPI app, three thin dialect translators (OpenAI, Ollama, Anthropic) over the engine."""

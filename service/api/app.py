@@ -1,0 +1,109 @@
+"""The FastAPI application: middleware (request ids, API keys, body size), error handlers, the three dialects."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..catalog import Catalog, load_catalog
+from ..config import Settings
+from ..errors import BadRequest, NotFound, PayloadTooLarge, ServiceError, Unauthorized
+from ..manager import ModelManager
+from . import anthropic, ollama, openai
+from .errors import error_response, request_id
+
+log = logging.getLogger("mlx_service")
+OPEN_PATHS = {"/"}
+
+
+def _authorized(request: Request, keys: list[str]) -> bool:
+    offered = request.headers.get("x-api-key", "")
+    auth = request.headers.get("authorization", "")
+    if auth[:7].lower() == "bearer ":
+        offered = offered or auth[7:].strip()
+    ok = False
+    for key in keys:  # constant-time per key, and every key is compared
+        ok |= hmac.compare_digest(offered.encode(), key.encode())
+    return ok
+
+
+async def _preload(manager: ModelManager, name: str) -> None:
+    try:
+        await manager.load(name)
+    except ServiceError as exc:
+        log.warning("could not preload %s: %s", name, exc.message)
+
+
+def create_app(settings: Settings, catalog: Catalog | None = None, preload: str | None = None) -> FastAPI:
+    """`preload`: a model to load in the background at start, so the first request does not wait for it."""
+    catalog = catalog or load_catalog(settings.catalog_paths or None).raise_for_problems()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        manager = ModelManager(settings, catalog)
+        app.state.manager = manager
+        reaper = asyncio.create_task(manager.reap())
+        warm = asyncio.create_task(_preload(manager, preload)) if preload else None
+        try:
+            yield
+        finally:
+            if warm:
+                warm.cancel()
+            reaper.cancel()
+            await manager.unload_all()
+            manager.worker.close()
+
+    app = FastAPI(title="MLX Service", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.settings = settings
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        rid = request_id(request)
+        try:
+            if settings.keys and request.url.path not in OPEN_PATHS and not _authorized(request, settings.keys):
+                raise Unauthorized("invalid or missing API key: send `Authorization: Bearer <key>` or "
+                                   "`x-api-key: <key>`")
+            length = request.headers.get("content-length")
+            if length and length.isdigit() and int(length) > settings.max_request_bytes:
+                raise PayloadTooLarge(f"request body of {length} bytes is over the "
+                                      f"{settings.max_request_bytes}-byte limit (MLX_SERVICE_MAX_REQUEST_BYTES)")
+        except ServiceError as exc:
+            return error_response(request, exc)
+        response = await call_next(request)
+        response.headers["x-request-id"] = rid
+        response.headers["request-id"] = rid
+        return response
+
+    @app.exception_handler(ServiceError)
+    async def service_error(request: Request, exc: ServiceError):
+        return error_response(request, exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(p) for p in first["loc"] if p != "body") or "body"
+        return error_response(request, BadRequest(f"{where}: {first['msg']}", param=where))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 404:
+            return error_response(request, NotFound(f"no such endpoint: {request.method} {request.url.path}"))
+        error = BadRequest(str(exc.detail))
+        error.status = exc.status_code
+        return error_response(request, error)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception):
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(request, ServiceError(f"internal error: {type(exc).__name__}: {exc}"))
+
+    app.include_router(openai.router)
+    app.include_router(anthropic.router)
+    app.include_router(ollama.router)
+    return app

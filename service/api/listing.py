@@ -1,0 +1,78 @@
+"""What models exist here: loaded ones, cataloged ones on disk (or buildable from a recipe), and plain
+folders in MODELS_DIR. Shared by /v1/models, /api/tags and /api/show."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..catalog import Entry
+from ..errors import ModelNotFound
+from ..locate import is_complete, locate
+from ..manager import ModelManager, Target
+
+
+@dataclass
+class ModelInfo:
+    name: str
+    entry: Entry | None
+    path: Path | None  # None: not on disk (yet)
+    created: int
+    size: int
+
+    @property
+    def digest(self) -> str:
+        """A stable id for the checkpoint: sha256 of its weight files' names, sizes and times."""
+        h = hashlib.sha256(self.name.encode())
+        if self.path is not None:
+            for p in sorted(self.path.glob("*.safetensors")):
+                st = p.stat()
+                h.update(f"{p.name}:{st.st_size}:{int(st.st_mtime)}".encode())
+        return h.hexdigest()
+
+
+def _info(name: str, entry: Entry | None, path: Path | None) -> ModelInfo:
+    if path is not None:
+        weights = list(path.glob("*.safetensors"))
+        size = sum(p.stat().st_size for p in weights)
+        created = int(max((p.stat().st_mtime for p in weights), default=path.stat().st_mtime))
+    else:
+        size, created = (entry.quantization.size_bytes or 0) if entry else 0, 0
+    return ModelInfo(name, entry, path, created, size)
+
+
+def available(manager: ModelManager) -> list[ModelInfo]:
+    models_dir = manager.settings.models_dir
+    out: dict[str, ModelInfo] = {}
+    for entry in manager.catalog.entries():
+        if entry.family.loader != "mlx-lm":
+            continue
+        located = locate(models_dir, entry)
+        if located.path is not None or entry.quantization.generated is not None:
+            out[entry.tag] = _info(entry.tag, entry, located.path)
+    if models_dir.is_dir():
+        for child in sorted(models_dir.iterdir()):
+            if child.name != "generated" and is_complete(child) and child.name not in out:
+                out[child.name] = _info(child.name, None, child)
+    for served in manager.models.values():
+        out.setdefault(served.name, _info(served.name, served.target.entry, served.target.path))
+    return sorted(out.values(), key=lambda m: m.name)
+
+
+def describe(manager: ModelManager, name: str) -> ModelInfo:
+    """One model by any of its names; 404 if it is neither cataloged nor on disk."""
+    target: Target = manager.resolve(name)
+    if target.entry is None and target.path is None:
+        raise ModelNotFound(f"model {name!r} not found")
+    return _info(target.name, target.entry, target.path)
+
+
+def mtime_iso(ts: int) -> str:
+    import datetime as dt
+
+    if not ts:
+        return "1970-01-01T00:00:00Z"
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).astimezone().isoformat()
+
+
