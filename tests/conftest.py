@@ -89,3 +89,11 @@ def server(models_dir):
 
     with Server(models_dir) as srv:
         yield srv
+
+
+def pick_stop(text: str) -> str:
+    """A stop string that first appears in the middle of `text`: a character not seen before it."""
+    for i in range(1, len(text)):
+        if text[i].strip() and text[i] not in text[:i]:
+            return text[i]
+    raise AssertionError(f"no usable stop string in {text!r}")

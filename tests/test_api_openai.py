@@ -6,6 +6,8 @@ import httpx
 import openai
 import pytest
 
+from .conftest import pick_stop
+
 MSG = [{"role": "user", "content": "hello there"}]
 
 
@@ -48,7 +50,7 @@ def test_seeded_sampling_is_reproducible(client):
 def test_stop_string_cuts_the_text(client):
     full = client.chat.completions.create(model="tiny", messages=MSG, max_tokens=30, temperature=0)
     text = full.choices[0].message.content
-    stop = next(text[i:i + 2] for i in range(3, len(text) - 2) if text[i:i + 2].strip() and text.find(text[i:i + 2]) == i)
+    stop = pick_stop(text)
     r = client.chat.completions.create(model="tiny", messages=MSG, max_tokens=30, temperature=0, stop=[stop])
     assert r.choices[0].message.content == text[: text.index(stop)]
     assert r.choices[0].finish_reason == "stop"

@@ -53,7 +53,16 @@ def test_fused_attention_drops_the_score_matrix(builtin):
     entry = builtin.resolve("llama3.1:8b")
     fused = estimate(entry, context=8192, fused_attention=True)
     unfused = estimate(entry, context=8192, fused_attention=False)
-    assert unfused.activations - fused.activations == 2 * 32 * 2048 * 8192 * 2
+    # the last prefill chunk of an 8191-token prompt: 2046 queries x 8190 keys, 32 heads, bf16 + a bool mask
+    assert unfused.activations - fused.activations == (32 * 2 + 1) * 2046 * 8190
+
+
+def test_last_layer_and_sliding_windows_bound_the_scores(builtin):
+    from service.catalog.memory import activation_bytes
+
+    gemma = builtin.resolve("gemma3:4b").model  # 5 sliding (window 1024) : 1 full, 34 layers
+    short, long = activation_bytes(gemma, 8192, 2, False), activation_bytes(gemma, 32768, 2, False)
+    assert long > short  # full-attention layers (not only the last) see every cached token
 
 
 def test_checkpoint_size_wins_over_formula(write):

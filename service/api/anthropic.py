@@ -35,6 +35,7 @@ class MessagesRequest(CountRequest):
     top_k: int | None = None
     stream: bool = False
     keep_alive: int | float | str | None = None
+    ignore_eos: bool = False
 
 
 def _messages(body: CountRequest) -> list[Message]:
@@ -67,7 +68,8 @@ async def messages(request: Request):
     req = GenerationRequest(
         model=body.model, messages=_messages(body), max_tokens=body.max_tokens,
         stop=stop_list(body.stop_sequences, "stop_sequences"),
-        sampling=Sampling(body.temperature, body.top_p, body.top_k), keep_alive=keep_alive(body.keep_alive))
+        sampling=Sampling(body.temperature, body.top_p, body.top_k), keep_alive=keep_alive(body.keep_alive),
+        ignore_eos=body.ignore_eos)
     gen = await Generation.start(request.app.state.manager, req)
     mid = "msg_" + uuid.uuid4().hex[:24]
     model = gen.served.name

@@ -143,7 +143,8 @@ async def chat(request: Request):
         messages.append(Message(role, content))
     sampling, limit, stops = _options(body.options)
     req = GenerationRequest(model=name, messages=messages, max_tokens=limit, stop=stops, sampling=sampling,
-                            keep_alive=keep_alive(body.keep_alive))
+                            keep_alive=keep_alive(body.keep_alive),
+                            ignore_eos=bool((body.options or {}).get("ignore_eos")))
     return await _generate(request, body, req, chat=True)
 
 
@@ -156,7 +157,8 @@ async def generate(request: Request):
     if body.model_extra and body.model_extra.get("images"):
         raise BadRequest("images need a vision model, which this version of MLX Service does not serve yet")
     sampling, limit, stops = _options(body.options)
-    common = dict(model=name, max_tokens=limit, stop=stops, sampling=sampling, keep_alive=keep_alive(body.keep_alive))
+    common = dict(model=name, max_tokens=limit, stop=stops, sampling=sampling, keep_alive=keep_alive(body.keep_alive),
+                  ignore_eos=bool((body.options or {}).get("ignore_eos")))
     if body.raw:
         req = GenerationRequest(prompt=body.prompt, **common)
     else:

@@ -34,6 +34,7 @@ class _Base(BaseModel):
     stream_options: dict | None = None
     n: int = 1
     keep_alive: int | float | str | None = None
+    ignore_eos: bool = False
 
 
 class ChatRequest(_Base):
@@ -53,7 +54,7 @@ def _common(body: _Base, max_tokens: int | None) -> dict:
     return dict(model=body.model, max_tokens=max_tokens, stop=stop_list(body.stop),
                 sampling=Sampling(body.temperature, body.top_p, body.top_k, body.min_p, body.repetition_penalty,
                                   body.seed),
-                keep_alive=keep_alive(body.keep_alive))
+                keep_alive=keep_alive(body.keep_alive), ignore_eos=body.ignore_eos)
 
 
 def _usage(c: Completion) -> dict:

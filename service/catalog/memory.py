@@ -6,8 +6,8 @@ Formulas follow mlx-lm's runtime (see docs/ARCHITECTURE.md and bench/memory.py, 
 - KV cache: 2 (K and V) x KV heads x head_dim x element size per attention layer and token; sliding-window
   layers hold at most the window; linear-attention/SSM layers keep a fixed state and are left out. mlx-lm grows
   caches in steps of 256 tokens, so tokens are rounded up to that step.
-- activations: the prefill of one chunk (mlx-lm: 2048 tokens) holds the chunk's hidden states and MLP
-  intermediates, and - unless attention is fused (Metal) - the chunk x context attention scores.
+- activations: the largest prefill chunk (mlx-lm: 2048 tokens): its hidden states and MLP intermediates and,
+  unless attention is fused (Metal), the chunk x keys attention scores (see activation_bytes).
 """
 
 from __future__ import annotations
@@ -76,16 +76,40 @@ def kv_bytes(model: Model, tokens: int, element_bytes: float) -> tuple[int, int]
     return int(total), int(per_token)
 
 
+def _prefill_chunks(prompt: int):
+    """(chunk size, tokens in the cache after it) for each step of mlx-lm's chunked prefill."""
+    done = 0
+    while prompt - done > 1:
+        chunk = min(PREFILL_STEP, prompt - done - 1)
+        done += chunk
+        yield chunk, done
+
+
 def activation_bytes(model: Model, context: int, element_bytes: int, fused_attention: bool) -> int:
-    """Peak scratch while prefilling the last chunk of a `context`-token prompt (one sequence)."""
+    """Peak scratch while prefilling a `context`-token prompt (one sequence), chunk by chunk.
+
+    Per chunk of c tokens with T tokens cached: MLP intermediates (4 x MLP width, model dtype) and hidden-state
+    temporaries (9 x hidden, float32) per token; and, unless attention is fused, the c x keys score matrix
+    (one per attention layer at a time) plus its boolean mask. The last layer's attention output is never
+    evaluated during prefill (only its K/V are kept), so it does not count; sliding-window layers see at most
+    window - 1 + c keys, and their rotating caches briefly hold that many.
+    """
     arch = model.architecture
-    chunk = min(context, PREFILL_STEP)
-    width = arch.hidden_size + 2 * arch.num_attention_heads * arch.effective_head_dim
-    mlp = (arch.intermediate_size or 4 * arch.hidden_size) * max(arch.num_experts_per_tok or 1, 1)
-    hidden = chunk * (2 * width + 3 * mlp) * element_bytes
-    scores = 0 if fused_attention else 2 * arch.num_attention_heads * chunk * context * element_bytes
-    logits = arch.vocab_size * 4
-    return int(hidden + scores + logits)
+    mlp = (arch.moe_intermediate_size or arch.intermediate_size or 4 * arch.hidden_size) * (
+        arch.num_experts_per_tok if arch.is_moe else 1)
+    per_token = 4 * mlp * element_bytes + 9 * arch.hidden_size * 4
+    evaluated = set(arch.layer_types[:-1])
+    kv_per_layer_token = 2 * arch.num_key_value_heads * arch.effective_head_dim * element_bytes
+    sliding_layers = arch.layer_types.count("sliding_attention")
+    window = arch.sliding_window or context
+    peak = 0
+    for chunk, cached in _prefill_chunks(max(context - 1, 2)):
+        sliding_keys = min(cached, window - 1 + chunk)
+        keys = cached if "full_attention" in evaluated else sliding_keys if "sliding_attention" in evaluated else 0
+        scores = 0 if fused_attention else arch.num_attention_heads * chunk * keys * element_bytes + chunk * keys
+        rotating = sliding_layers * kv_per_layer_token * max(sliding_keys - window, 0)
+        peak = max(peak, chunk * per_token + scores + rotating)
+    return int(peak + arch.vocab_size * 4)
 
 
 def estimate(entry: Entry, context: int | None = None, parallel: int = 1, kv_bits: int | None = None,

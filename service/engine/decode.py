@@ -74,13 +74,15 @@ def decode(handle: ModelHandle, req: GenerationRequest, defaults: Sampling, max_
     sampler = make_sampler(temp=pick("temperature", 0.7), top_p=pick("top_p", 1.0), min_p=pick("min_p", 0.0),
                            top_k=pick("top_k", 0))
     penalty = pick("repetition_penalty", 1.0)
-    processors = make_logits_processors(repetition_penalty=penalty) if penalty != 1.0 else None
+    processors = make_logits_processors(repetition_penalty=penalty) if penalty != 1.0 else []
+    if req.ignore_eos:
+        processors.append(_ban(list(handle.tokenizer.eos_token_ids)))
     cache, rest = _prefix(handle, tokens)
-    matcher = StopMatcher(list(req.stop) + handle.stops)
+    matcher = StopMatcher(list(req.stop) + ([] if req.ignore_eos else handle.stops))
     text, generated = [], []
     finish, first = "length", None
     for response in stream_generate(handle.model, handle.tokenizer, mx.array(rest), max_tokens=max_tokens,
-                                    sampler=sampler, logits_processors=processors, prompt_cache=cache):
+                                    sampler=sampler, logits_processors=processors or None, prompt_cache=cache):
         if first is None:
             first = time.perf_counter()
         generated.append(response.token)
@@ -119,6 +121,18 @@ def decode(handle: ModelHandle, req: GenerationRequest, defaults: Sampling, max_
         decode_seconds=end - first,
         total_seconds=end - start,
     )
+
+
+def _ban(token_ids: list[int]):
+    """A logits processor that makes the given tokens impossible (used to ignore end-of-sequence)."""
+    import mlx.core as mx
+
+    def process(_tokens, logits):
+        if token_ids:
+            logits[..., mx.array(token_ids)] = -mx.inf
+        return logits
+
+    return process
 
 
 def _remember(handle: ModelHandle, seen: list[int], cache) -> None:

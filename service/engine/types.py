@@ -32,6 +32,7 @@ class GenerationRequest:
     stop: list[str] = field(default_factory=list)
     sampling: Sampling = field(default_factory=Sampling)
     keep_alive: float | None = None  # seconds; None = leave the model's current setting
+    ignore_eos: bool = False  # generate exactly max_tokens (benchmarks); as vLLM's `ignore_eos`
 
 
 @dataclass
