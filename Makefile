@@ -29,6 +29,7 @@ test: setup
 bench: setup
 	$(BENCH_ENV) $(PY) bench/catalog.py
 	$(BENCH_ENV) $(PY) bench/memory.py
+	$(BENCH_ENV) $(PY) bench/serve.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache bench/results

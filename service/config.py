@@ -24,7 +24,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     models_dir: Path = Path("~/.mlx-service/models")
-    default_model: str = "demo"
+    default_model: str = "qwen3:0.6b"
     max_loaded_models: int = Field(2, ge=1)
     model_idle_timeout_sec: float = Field(1800, ge=0)
     max_memory_gb: float = Field(default_factory=_default_memory_gb, gt=0)

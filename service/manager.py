@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .catalog import AmbiguousModel, Catalog, Entry, ModelNotFound as CatalogNotFound, UncatalogedRepo, estimate
+from .catalog.model import Sampling
 from .catalog.detect import UndetectableModel
 from .config import Settings
 from .engine import model as engine_model
 from .engine.decode import count_tokens, decode
-from .engine.types import Completion, GenerationRequest, Sampling
+from .engine.types import Completion, GenerationRequest
 from .engine.worker import MLXWorker
 from .errors import (BadRequest, LoadFailed, MemoryBudgetExceeded, ModelNotDownloaded, ModelNotFound, QueueFull,
                      UnsupportedModel)
@@ -115,10 +116,7 @@ class ModelManager:
         return Target(name, None, folder, located or Located(folder, "models_dir"), int(weights * 1.2), context)
 
     def sampling_defaults(self, target: Target) -> Sampling:
-        if target.entry is None:
-            return Sampling()
-        s = target.entry.family.sampling
-        return Sampling(s.temperature, s.top_p, s.top_k, s.min_p, s.repetition_penalty)
+        return target.entry.family.sampling if target.entry else Sampling()
 
     # ---- loading ----------------------------------------------------------------------------------------
     async def load(self, name: str, keep_alive: float | None = None) -> Served:

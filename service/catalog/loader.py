@@ -163,25 +163,11 @@ class _Layer:
             return
         data = doc.data
         if "family" in data:
-            fam = build.family(doc, data["family"], ["family"])
-            if fam.name in self.families:
-                other = self.families[fam.name].location
-                self.problems.append(self.locator.problem(
-                    fam.location, ["name"], "duplicate-family",
-                    f"family `{fam.name}` is already defined in {self.locator.where(other)}: rename one"))
-            else:
-                self.families[fam.name] = fam
+            self._unique(self.families, build.family(doc, data["family"], ["family"]), "family")
         if "extends" in data:
             self.patches.append((doc, data["extends"]))
         for i, raw in enumerate(data.get("prompt_styles", [])):
-            style = build.prompt_style(doc, raw, ["prompt_styles", i])
-            if style.name in self.styles:
-                other = self.styles[style.name].location
-                self.problems.append(self.locator.problem(
-                    style.location, ["name"], "duplicate-prompt-style",
-                    f"prompt style `{style.name}` is already defined in {self.locator.where(other)}: rename one"))
-            else:
-                self.styles[style.name] = style
+            self._unique(self.styles, build.prompt_style(doc, raw, ["prompt_styles", i]), "prompt style")
         if "detection" in data:
             if self.detection is not None:
                 self.problems.append(doc.problem(["detection"], "duplicate-detection",
@@ -190,6 +176,15 @@ class _Layer:
             else:
                 self.detection = build.detection(doc, data["detection"], ["detection"])
                 self.detection_file = display
+
+    def _unique(self, known: dict, item, what: str) -> None:
+        """Within one layer a name is defined once; a second definition is a located problem."""
+        if item.name in known:
+            where = self.locator.where(known[item.name].location)
+            self.problems.append(self.locator.problem(item.location, ["name"], f"duplicate-{what.replace(' ', '-')}",
+                                                      f"{what} `{item.name}` is already defined in {where}: rename one"))
+        else:
+            known[item.name] = item
 
     def merge_into(self, families: dict[str, Family], styles: dict[str, PromptStyle]) -> None:
         families.update(self.families)

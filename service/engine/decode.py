@@ -13,7 +13,8 @@ from typing import Callable
 from ..errors import BadRequest, GenerationTimeout
 from .model import ModelHandle
 from .stops import StopMatcher
-from .types import Completion, GenerationRequest, Sampling
+from ..catalog.model import Sampling
+from .types import Completion, GenerationRequest
 
 Emit = Callable[[str], None]
 

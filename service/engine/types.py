@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..catalog.model import Sampling as CatalogSampling
+
 
 @dataclass
 class Message:
@@ -11,15 +13,10 @@ class Message:
     content: str
 
 
-@dataclass
-class Sampling:
+@dataclass(frozen=True)
+class Sampling(CatalogSampling):
     """Request sampling; None means: the catalog family's default, else the engine's."""
 
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    repetition_penalty: float | None = None
     seed: int | None = None
 
 
