@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from service.catalog import load_catalog
+
+# Tests never reach the Hugging Face Hub and never see the user's own cache: set before anything imports
+# huggingface_hub (mlx-lm does, at import), because the hub reads these variables once.
+os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="mlx-service-test-hf-")
+os.environ["HF_HUB_OFFLINE"] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

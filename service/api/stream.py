@@ -1,8 +1,10 @@
 """Bridge one generation from the MLX thread to the event loop as an async stream of text deltas.
 
 The first delta is awaited before an HTTP response starts, so anything that fails early (a bad template, an
-empty prompt, a timeout before the first token) is a normal error response in the caller's dialect. When the
-client goes away, the generation is told to stop and the model's slot is released once it has.
+empty prompt, a timeout before the first token) is a normal error response in the caller's dialect. Pieces
+that arrive while the event loop is busy are sent together, and the loop is woken once per batch rather than
+once per token, which keeps the serving overhead small for fast models. When the client goes away, the
+generation is told to stop and the model's slot is released once it has.
 """
 
 from __future__ import annotations
@@ -15,29 +17,61 @@ import anyio
 from ..engine.types import Completion, GenerationRequest
 from ..manager import ModelManager, Served
 
-_DONE = object()
+
+class _Pipe:
+    """Text pieces from the MLX thread to the event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._pieces: list[str] = []
+        self._ready = asyncio.Event()
+        self.closed = False
+
+    def put(self, text: str) -> None:  # MLX thread
+        with self._lock:
+            self._pieces.append(text)
+            wake = len(self._pieces) == 1
+        if wake:
+            self._loop.call_soon_threadsafe(self._ready.set)
+
+    def close(self) -> None:  # event loop, once the generation has finished
+        self.closed = True
+        self._ready.set()
+
+    async def get(self) -> str | None:
+        """The text gathered since the last call; None once the generation is over and everything was read."""
+        while True:
+            await self._ready.wait()
+            with self._lock:
+                pieces, self._pieces = self._pieces, []
+                self._ready.clear()
+                if self.closed:
+                    self._ready.set()  # stay readable: the next call returns None
+            if pieces:
+                return "".join(pieces)
+            if self.closed:
+                return None
 
 
 class Generation:
-    def __init__(self, served: Served, lease, task: asyncio.Task, queue: asyncio.Queue, cancel: threading.Event):
-        self.served, self._lease, self._task, self._queue, self._cancel = served, lease, task, queue, cancel
-        self._first: object | None = None
+    def __init__(self, served: Served, lease, task: asyncio.Task, pipe: _Pipe, cancel: threading.Event):
+        self.served, self._lease, self._task, self._pipe, self._cancel = served, lease, task, pipe, cancel
+        self._first: str | None = None
         self.completion: Completion | None = None
 
     @classmethod
     async def start(cls, manager: ModelManager, req: GenerationRequest) -> Generation:
         lease = manager.use(req.model, req.keep_alive)
         served = await lease.__aenter__()
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
+        pipe = _Pipe(asyncio.get_running_loop())
         cancel = threading.Event()
-        task = asyncio.ensure_future(manager.generate(
-            served, req, lambda text: loop.call_soon_threadsafe(queue.put_nowait, text), cancel))
-        task.add_done_callback(lambda _: queue.put_nowait(_DONE))
-        self = cls(served, lease, task, queue, cancel)
+        task = asyncio.ensure_future(manager.generate(served, req, pipe.put, cancel))
+        task.add_done_callback(lambda _: pipe.close())
+        self = cls(served, lease, task, pipe, cancel)
         try:
-            self._first = await queue.get()
-            if self._first is _DONE:
+            self._first = await pipe.get()
+            if self._first is None:
                 self.completion = task.result()  # raises the generation's error before any byte is sent
         except BaseException:
             await self.close()
@@ -45,12 +79,12 @@ class Generation:
         return self
 
     async def deltas(self):
-        """Text pieces as they are generated; `completion` is set when this is exhausted."""
+        """Text as it is generated; `completion` is set when this is exhausted."""
         try:
-            item = self._first
-            while item is not _DONE:
-                yield item
-                item = await self._queue.get()
+            piece = self._first
+            while piece is not None:
+                yield piece
+                piece = await self._pipe.get()
             self.completion = self._task.result()
         finally:
             await self.close()
