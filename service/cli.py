@@ -12,12 +12,10 @@ from .config import SettingsError, load_settings
 def _fallback(settings, catalog) -> str:
     """The default model if it is on disk (or buildable offline); otherwise the generated demo model."""
     from .errors import ServiceError
-    from .manager import ModelManager
+    from .manager import resolve_target
 
-    manager = ModelManager.__new__(ModelManager)  # resolution only: no MLX thread needed
-    manager.settings, manager.catalog = settings, catalog
     try:
-        target = manager.resolve(settings.default_model)
+        target = resolve_target(settings, catalog, settings.default_model)
     except ServiceError as exc:
         logging.getLogger("mlx_service").warning("default model %s: %s", settings.default_model, exc.message)
         return "demo"

@@ -62,6 +62,49 @@ class Served:
         return self.target.name
 
 
+def resolve_target(settings: Settings, catalog: Catalog, name: str) -> Target:
+    """What `name` means here: a catalog entry, an uncataloged repo in the cache, or a MODELS_DIR folder."""
+    if not name or not name.strip():
+        raise BadRequest("`model` is required", param="model")
+    try:
+        found = catalog.resolve(name)
+    except AmbiguousModel as exc:
+        raise BadRequest(str(exc), param="model") from None
+    except CatalogNotFound as exc:
+        folder = local_folder(settings.models_dir, name.strip())
+        if folder is None:
+            raise ModelNotFound(str(exc)) from None
+        return _local_target(settings, catalog, name.strip(), folder)
+    if isinstance(found, UncatalogedRepo):
+        located = locate(settings.models_dir, found)
+        if located.path is None:
+            raise ModelNotDownloaded(f"model {found.repo!r} is not downloaded: pull it first "
+                                     f"(`mlx-service pull {found.repo}` or POST /api/pull)")
+        return _local_target(settings, catalog, found.repo, located.path, located)
+    entry = found
+    if entry.family.loader != "mlx-lm":
+        raise UnsupportedModel(f"{entry.tag} is a {entry.family.kind} model ({entry.family.loader}); this "
+                               "version of MLX Service serves text models (mlx-lm) only - not supported yet")
+    context = min(entry.context_length, settings.context_length)
+    est = estimate(entry, context=context)
+    located = locate(settings.models_dir, entry)
+    return Target(entry.tag, entry, located.path, located, est.total, context, entry.family.trust_remote_code)
+
+
+def _local_target(settings: Settings, catalog: Catalog, name: str, folder: Path,
+                  located: Located | None = None) -> Target:
+    try:
+        config = json.loads((folder / "config.json").read_text())
+        kind = catalog.detect(config)
+    except (OSError, ValueError, UndetectableModel) as exc:
+        raise UnsupportedModel(f"cannot tell what kind of model {name!r} is: {exc}") from None
+    if kind.loader != "mlx-lm":
+        raise UnsupportedModel(f"{name} is a {kind.kind} model ({kind.loader}): not supported yet")
+    weights = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    context = min(int(config.get("max_position_embeddings") or 4096), settings.context_length)
+    return Target(name, None, folder, located or Located(folder, "models_dir"), int(weights * 1.2), context)
+
+
 class ModelManager:
     def __init__(self, settings: Settings, catalog: Catalog, worker: MLXWorker | None = None):
         self.settings = settings
@@ -75,45 +118,8 @@ class ModelManager:
         self.loads = 0  # completed loads, for tests and /metrics-style reporting
         self.cancelled = 0
 
-    # ---- resolution -------------------------------------------------------------------------------------
     def resolve(self, name: str) -> Target:
-        if not name or not name.strip():
-            raise BadRequest("`model` is required", param="model")
-        try:
-            found = self.catalog.resolve(name)
-        except AmbiguousModel as exc:
-            raise BadRequest(str(exc), param="model") from None
-        except CatalogNotFound as exc:
-            folder = local_folder(self.settings.models_dir, name.strip())
-            if folder is None:
-                raise ModelNotFound(str(exc)) from None
-            return self._local_target(name.strip(), folder)
-        if isinstance(found, UncatalogedRepo):
-            located = locate(self.settings.models_dir, found)
-            if located.path is None:
-                raise ModelNotDownloaded(f"model {found.repo!r} is not downloaded: pull it first "
-                                         f"(`mlx-service pull {found.repo}` or POST /api/pull)")
-            return self._local_target(found.repo, located.path, located)
-        entry = found
-        if entry.family.loader != "mlx-lm":
-            raise UnsupportedModel(f"{entry.tag} is a {entry.family.kind} model ({entry.family.loader}); this "
-                                   "version of MLX Service serves text models (mlx-lm) only - not supported yet")
-        context = min(entry.context_length, self.settings.context_length)
-        est = estimate(entry, context=context)
-        located = locate(self.settings.models_dir, entry)
-        return Target(entry.tag, entry, located.path, located, est.total, context, entry.family.trust_remote_code)
-
-    def _local_target(self, name: str, folder: Path, located: Located | None = None) -> Target:
-        try:
-            config = json.loads((folder / "config.json").read_text())
-            kind = self.catalog.detect(config)
-        except (OSError, ValueError, UndetectableModel) as exc:
-            raise UnsupportedModel(f"cannot tell what kind of model {name!r} is: {exc}") from None
-        if kind.loader != "mlx-lm":
-            raise UnsupportedModel(f"{name} is a {kind.kind} model ({kind.loader}): not supported yet")
-        weights = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
-        context = min(int(config.get("max_position_embeddings") or 4096), self.settings.context_length)
-        return Target(name, None, folder, located or Located(folder, "models_dir"), int(weights * 1.2), context)
+        return resolve_target(self.settings, self.catalog, name)
 
     def sampling_defaults(self, target: Target) -> Sampling:
         return target.entry.family.sampling if target.entry else Sampling()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import anthropic
 import httpx
@@ -81,3 +82,30 @@ def test_flags_beat_environment():
         assert load_settings(port=9002).port == 9002
     finally:
         del os.environ["MLX_SERVICE_PORT"]
+
+
+def test_serve_with_defaults_falls_back_to_the_generated_demo(tmp_path):
+    """What `make run` does on a machine without the default model: serve the demo, offline."""
+    from .server import free_port
+
+    port = free_port()
+    env = {**os.environ, "MLX_SERVICE_MODELS_DIR": str(tmp_path), "MLX_SERVICE_PORT": str(port)}
+    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            try:
+                if any(m["name"] == "demo:tiny-f32" for m in httpx.get(url + "/api/ps").json()["models"]):
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        reply = httpx.post(url + "/api/generate", json={"model": "demo", "prompt": "hi", "stream": False,
+                                                       "options": {"num_predict": 3}}).json()
+        assert reply["done"] and reply["eval_count"] == 3
+    finally:
+        proc.terminate()
+        err = proc.communicate(timeout=30)[1]
+    assert "qwen3:0.6b-4bit is not downloaded; serving the generated demo model instead" in err
+    assert (tmp_path / "generated" / "demo-tiny-f32" / "config.json").is_file()
