@@ -15,7 +15,7 @@ from ..catalog import Catalog, load_catalog
 from ..config import Settings
 from ..errors import BadRequest, NotFound, PayloadTooLarge, ServiceError, Unauthorized
 from ..manager import ModelManager
-from . import anthropic, ollama, openai
+from . import anthropic, hub, ollama, openai
 from .errors import error_response, request_id
 
 log = logging.getLogger("mlx_service")
@@ -106,4 +106,5 @@ def create_app(settings: Settings, catalog: Catalog | None = None, preload: str 
     app.include_router(openai.router)
     app.include_router(anthropic.router)
     app.include_router(ollama.router)
+    app.include_router(hub.router)
     return app

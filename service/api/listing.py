@@ -21,15 +21,15 @@ class ModelInfo:
     created: int
     size: int
 
-    @property
-    def digest(self) -> str:
-        """A stable id for the checkpoint: sha256 of its weight files' names, sizes and times."""
-        h = hashlib.sha256(self.name.encode())
-        if self.path is not None:
-            for p in sorted(self.path.glob("*.safetensors")):
-                st = p.stat()
-                h.update(f"{p.name}:{st.st_size}:{int(st.st_mtime)}".encode())
-        return h.hexdigest()
+
+
+def digest_of(path: Path) -> str:
+    """A stable id for a plain checkpoint folder: sha256 of its weight files' names, sizes and times."""
+    h = hashlib.sha256(str(path.name).encode())
+    for p in sorted(path.glob("*.safetensors")):
+        st = p.stat()
+        h.update(f"{p.name}:{st.st_size}:{int(st.st_mtime)}".encode())
+    return h.hexdigest()
 
 
 def _info(name: str, entry: Entry | None, path: Path | None) -> ModelInfo:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
@@ -19,7 +20,7 @@ from ..engine.types import Completion, GenerationRequest, Message, Sampling
 from ..errors import BadRequest, ModelNotFound, ServiceError
 from ..locate import local_folder, locate
 from .common import keep_alive, parse_body, stop_list
-from .listing import available, mtime_iso
+from .listing import digest_of, mtime_iso
 from .show import render_show, summary_details
 
 router = APIRouter()
@@ -179,13 +180,13 @@ async def version():
 
 @router.api_route("/api/tags", methods=["GET", "HEAD"])
 async def tags(request: Request):
-    models = []
-    for info in available(request.app.state.manager):
-        if info.path is None:
-            continue  # buildable but not built yet: it appears once it exists on disk
-        models.append({"name": info.name, "model": info.name, "modified_at": mtime_iso(info.created),
-                       "size": info.size, "digest": info.digest, "details": summary_details(info.entry)})
-    return {"models": models}
+    from ..hub import store
+
+    manager = request.app.state.manager
+    found = await asyncio.to_thread(store.downloaded, manager.settings, manager.catalog)
+    return {"models": [{"name": m.name, "model": m.name, "modified_at": mtime_iso(int(m.modified)), "size": m.size,
+                        "digest": m.revision or digest_of(m.path), "details": summary_details(m.entry)}
+                       for m in found]}
 
 
 class ShowRequest(BaseModel):

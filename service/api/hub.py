@@ -1,0 +1,103 @@
+"""Ollama's model-store endpoints: POST /api/pull (NDJSON progress), DELETE /api/delete."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict
+
+from ..errors import BadRequest, ServiceError
+from ..hub import store
+from .common import parse_body
+
+router = APIRouter()
+
+
+class PullRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str = ""
+    name: str | None = None
+    stream: bool = True
+
+
+def _ollama_line(event: dict) -> dict:
+    """Ollama's progress shape, plus the overall totals Ollama lacks."""
+    line = {"status": event["status"]}
+    if "digest" in event:
+        line.update(digest=event["digest"], total=event["file_total"], completed=event["file_completed"])
+    line.update(overall_total=event.get("total", 0), overall_completed=event.get("completed", 0))
+    return line
+
+
+@router.post("/api/pull")
+async def pull(request: Request):
+    body = await parse_body(request, PullRequest)
+    name = (body.model or body.name or "").strip()
+    if not name:
+        raise BadRequest("`model` is required")
+    manager = request.app.state.manager
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue = asyncio.Queue()
+    cancel = threading.Event()
+
+    def work():
+        return store.pull(manager.settings, manager.catalog, name,
+                          lambda e: loop.call_soon_threadsafe(events.put_nowait, e), cancel)
+
+    task = asyncio.ensure_future(asyncio.to_thread(work))
+    if not body.stream:
+        try:
+            await task
+        finally:
+            cancel.set()
+        return JSONResponse({"status": "success"})
+
+    async def next_event() -> dict | None:
+        """The next progress event, or None once the pull has finished and every event was read."""
+        if not events.empty():
+            return events.get_nowait()
+        get = asyncio.ensure_future(events.get())
+        await asyncio.wait([get, task], return_when=asyncio.FIRST_COMPLETED)
+        if get.done():
+            return get.result()
+        get.cancel()
+        return events.get_nowait() if not events.empty() else None
+
+    first = await next_event()
+    if first is None:  # finished (or failed) before any progress: an ordinary response or error
+        cancel.set()
+        task.result()
+
+    async def lines():
+        try:
+            event = first
+            while event is not None:
+                yield json.dumps(_ollama_line(event)) + "\n"
+                event = await next_event()
+            try:
+                task.result()
+            except ServiceError as exc:  # after the stream started: Ollama's final error line
+                yield json.dumps({"error": exc.message}) + "\n"
+        finally:
+            cancel.set()  # a client that goes away cancels its pull (the partial files stay, for resume)
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+class DeleteRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str = ""
+    name: str | None = None
+
+
+@router.delete("/api/delete")
+async def delete(request: Request):
+    body = await parse_body(request, DeleteRequest)
+    manager = request.app.state.manager
+    name = (body.model or body.name or "").strip()
+    await asyncio.to_thread(store.delete, manager.settings, manager.catalog, name)
+    return Response(status_code=200)

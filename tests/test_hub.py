@@ -1,0 +1,216 @@
+"""Pulling from a local fake Hub: resume, verification, faults, sharing, and the CLI and HTTP surfaces."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.hub import store
+from service.hub.pull import Gated, Offline, PullCancelled, PullError, Puller
+from service.locate import is_complete
+
+from .conftest import ROOT
+from .fakehub import FakeHub, Repo
+
+BIG = os.urandom(4_000_000)
+
+
+@pytest.fixture
+def hub():
+    with FakeHub() as fake:
+        fake.repos["org/model"] = Repo({"config.json": b'{"model_type": "llama", "architectures": '
+                                                       b'["LlamaForCausalLM"]}',
+                                        "model.safetensors": BIG, "tokenizer.json": b"{}", "notes.md": b"x"})
+        yield fake
+
+
+@pytest.fixture
+def puller(hub, tmp_path):
+    return Puller(cache_dir=tmp_path / "hub", endpoint=hub.url, offline=False, backoff=0.01, stall_timeout=0.5)
+
+
+def test_pull_fetches_loader_files_into_the_hf_layout(hub, puller):
+    plan = puller.plan("org/model")
+    assert sorted(f.path for f in plan.files) == ["config.json", "model.safetensors", "tokenizer.json"]
+    events = []
+    snap = puller.pull(plan, events.append)
+    assert snap == puller.cache_dir / "models--org--model" / "snapshots" / plan.sha
+    assert (snap / "model.safetensors").read_bytes() == BIG and is_complete(snap)
+    assert (snap.parent.parent / "refs" / "main").read_text() == plan.sha
+    assert [e["status"] for e in events][:1] == ["pulling manifest"] and events[-1]["status"] == "success"
+    assert all(e["total"] == plan.total for e in events) and events[-1]["completed"] == plan.total
+    again = []
+    puller.pull(plan, again.append)  # nothing is fetched twice
+    assert hub.bytes_sent["model.safetensors"] == len(BIG)
+
+
+def test_dropped_connection_resumes_with_range(hub, puller):
+    hub.faults.drop_after["model.safetensors"] = 2_000_000
+    snap = puller.pull(puller.plan("org/model"))
+    assert (snap / "model.safetensors").read_bytes() == BIG
+    assert hub.bytes_sent["model.safetensors"] < len(BIG) * 1.1
+
+
+def test_interrupted_pull_resumes_and_never_looks_complete(hub, puller):
+    plan = puller.plan("org/model")
+    cancel = threading.Event()
+
+    def stop_halfway(event):
+        if event.get("file_completed", 0) >= len(BIG) // 2:
+            cancel.set()
+
+    with pytest.raises(PullCancelled):
+        puller.pull(plan, stop_halfway, cancel)
+    sent_before = hub.bytes_sent["model.safetensors"]
+    snapshots = puller.cache_dir / "models--org--model" / "snapshots"
+    assert not (snapshots / plan.sha).exists()  # nothing a loader would take for a finished model
+    partial = list((puller.cache_dir / "models--org--model" / "blobs").glob("*.mlx-partial"))
+    had = partial[0].stat().st_size
+    assert had >= len(BIG) // 2
+    puller.pull(plan)
+    refetched = hub.bytes_sent["model.safetensors"] - sent_before
+    assert refetched <= len(BIG) - had + 0.1 * had  # less than 10% of what it already had is fetched again
+
+
+def test_corrupt_bytes_are_rejected_and_removed(hub, puller):
+    hub.faults.corrupt.add("model.safetensors")
+    with pytest.raises(PullError) as err:
+        puller.pull(puller.plan("org/model"))
+    assert "checksum" in err.value.message
+    folder = puller.cache_dir / "models--org--model"
+    assert not (folder / "snapshots").exists() or not any((folder / "snapshots").iterdir())
+    assert not list((folder / "blobs").glob("*.mlx-partial"))
+
+
+@pytest.mark.parametrize(("setup", "exc", "needle"), [
+    (lambda h: None, None, None),
+    (lambda h: h.repos.pop("org/model"), "NotFound", "not found on the Hub"),
+    (lambda h: setattr(h.repos["org/model"], "gated", 401), Gated, "HF_TOKEN"),
+    (lambda h: setattr(h.repos["org/model"], "gated", 403), Gated, "accept its license"),
+])
+def test_hub_errors_say_what_to_do(hub, puller, setup, exc, needle):
+    setup(hub)
+    if exc is None:
+        with pytest.raises(Exception) as err:
+            puller.plan("org/model", revision="no-such-branch")
+        assert "no revision" in str(err.value)
+        return
+    with pytest.raises(Exception) as err:
+        puller.plan("org/model")
+    assert needle in str(err.value) and (exc == "NotFound" or isinstance(err.value, exc))
+    if isinstance(err.value, Gated):
+        assert f"{hub.url}/org/model" in str(err.value)
+
+
+def test_stall_is_retried(hub, puller):
+    hub.faults.stall["model.safetensors"] = 1.5
+    snap = puller.pull(puller.plan("org/model"))
+    assert (snap / "model.safetensors").read_bytes() == BIG
+
+
+def test_not_enough_disk(hub, puller, monkeypatch):
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
+    with pytest.raises(PullError) as err:
+        puller.pull(puller.plan("org/model"))
+    assert "not enough disk space" in err.value.message and "1,000 free" in err.value.message
+    assert "model.safetensors" not in hub.bytes_sent
+
+
+def test_concurrent_pulls_share_one_download(hub, puller):
+    plan = puller.plan("org/model")
+    threads = [threading.Thread(target=puller.pull, args=(plan,)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert hub.bytes_sent["model.safetensors"] == len(BIG)
+
+
+def test_offline_says_so(tmp_path):
+    with pytest.raises(Offline) as err:
+        Puller(cache_dir=tmp_path, endpoint="http://127.0.0.1:9", offline=True).plan("org/model")
+    assert "offline" in err.value.message
+
+
+# ---- through the server and the CLI, with a real (generated) checkpoint -----------------------------------
+@pytest.fixture(scope="module")
+def tiny_files(tmp_path_factory):
+    from service.catalog import load_catalog
+    from service.recipes import build_checkpoint
+
+    catalog = load_catalog([ROOT / "tests" / "catalog"]).raise_for_problems()
+    entry = catalog.resolve("tiny")
+    path = build_checkpoint(entry, catalog.prompt_style(entry), tmp_path_factory.mktemp("src") / "tiny")
+    return {p.name: p.read_bytes() for p in path.iterdir()}
+
+
+def test_pull_over_http_then_serve_and_delete(models_dir, tiny_files, tmp_path):
+    from huggingface_hub import constants
+
+    from .server import Server
+
+    with FakeHub() as fake:
+        fake.repos["org/tiny-mlx"] = Repo(dict(tiny_files))
+        store.use_puller(Puller(cache_dir=Path(constants.HF_HUB_CACHE), endpoint=fake.url, offline=False))
+        try:
+            with Server(models_dir) as srv:
+                with httpx.stream("POST", srv.url + "/api/pull", json={"model": "org/tiny-mlx"}) as r:
+                    lines = [json.loads(line) for line in r.iter_lines() if line]
+                statuses = [line["status"] for line in lines]
+                assert statuses[0] == "pulling manifest" and statuses[-1] == "success"
+                assert "verifying sha256 digest" in statuses
+                per_file = [line for line in lines if "digest" in line]
+                assert per_file and all({"total", "completed", "overall_total"} <= set(line) for line in per_file)
+                assert lines[-1]["overall_completed"] == lines[-1]["overall_total"] > 0
+                names = [m["name"] for m in httpx.get(srv.url + "/api/tags").json()["models"]]
+                assert "org/tiny-mlx" in names
+                reply = httpx.post(srv.url + "/v1/chat/completions", json={
+                    "model": "org/tiny-mlx", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
+                assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 3
+                httpx.post(srv.url + "/v1/models/org/tiny-mlx/unload")
+                r = httpx.request("DELETE", srv.url + "/api/delete", json={"model": "org/tiny-mlx"})
+                assert r.status_code == 200
+                assert "org/tiny-mlx" not in [m["name"] for m in httpx.get(srv.url + "/api/tags").json()["models"]]
+                r = httpx.request("DELETE", srv.url + "/api/delete", json={"model": "org/tiny-mlx"})
+                assert r.status_code == 404 and "error" in r.json()
+                fake.repos["org/bad"] = Repo(dict(tiny_files))
+                fake.faults.corrupt.add("model.safetensors")
+                with httpx.stream("POST", srv.url + "/api/pull", json={"model": "org/bad"}) as r:
+                    lines = [json.loads(line) for line in r.iter_lines() if line]
+                assert r.status_code == 200 and "checksum" in lines[-1]["error"]
+                r = httpx.post(srv.url + "/api/pull", json={"model": "org/nothing-here"})
+                assert r.status_code == 404 and "not found on the Hub" in r.json()["error"]
+        finally:
+            store.use_puller(None)
+
+
+def test_cli_pull_list_rm(tiny_files, tmp_path):
+    with FakeHub() as fake:
+        fake.repos["org/tiny-mlx"] = Repo(dict(tiny_files))
+        env = {**os.environ, "HF_ENDPOINT": fake.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0",
+               "MLX_SERVICE_MODELS_DIR": str(tmp_path / "models")}
+
+        def cli(*args):
+            return subprocess.run([sys.executable, "-m", "service.cli", *args], capture_output=True, text=True,
+                                  env=env, timeout=120)
+
+        pulled = cli("pull", "org/tiny-mlx")
+        assert pulled.returncode == 0, pulled.stderr
+        assert Path(pulled.stdout.strip()).is_dir() and "success" in pulled.stderr
+        listed = cli("list")
+        assert "org/tiny-mlx" in listed.stdout
+        shown = json.loads(cli("show", "org/tiny-mlx").stdout)
+        assert shown["mlx_service"]["downloaded"] is True
+        assert cli("rm", "org/tiny-mlx").returncode == 0
+        assert "org/tiny-mlx" not in cli("list").stdout
+        offline = subprocess.run([sys.executable, "-m", "service.cli", "pull", "org/tiny-mlx"], capture_output=True,
+                                 text=True, env={**env, "HF_HUB_OFFLINE": "1"}, timeout=120)
+        assert offline.returncode == 1 and "offline" in offline.stderr
