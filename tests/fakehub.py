@@ -141,20 +141,22 @@ class FakeHub:
         if path in self.faults.corrupt:
             data = bytes(b ^ 0xFF for b in data)
         etag = repo.etag(path)
-        start = 0
+        start, end = 0, len(data) - 1
         rng = h.headers.get("Range")
         if rng and not head:
-            start = int(re.match(r"bytes=(\d+)-", rng).group(1))
-        body = data[start:]
-        h.send_response(206 if start else 200)
+            m = re.match(r"bytes=(\d+)-(\d*)", rng)
+            start, end = int(m.group(1)), int(m.group(2)) if m.group(2) else len(data) - 1
+        body = data[start:end + 1]
+        partial = bool(rng) and not head
+        h.send_response(206 if partial else 200)
         h.send_header("ETag", f'"{etag}"')
         h.send_header("X-Repo-Commit", sha)
         if repo.lfs(path):
             h.send_header("X-Linked-Etag", f'"{etag}"')
             h.send_header("X-Linked-Size", str(len(data)))
         h.send_header("Content-Length", str(len(data) if head else len(body)))
-        if start:
-            h.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        if partial:
+            h.send_header("Content-Range", f"bytes {start}-{start + len(body) - 1}/{len(data)}")
         h.end_headers()
         if head:
             return

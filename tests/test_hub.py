@@ -214,3 +214,29 @@ def test_cli_pull_list_rm(tiny_files, tmp_path):
         offline = subprocess.run([sys.executable, "-m", "service.cli", "pull", "org/tiny-mlx"], capture_output=True,
                                  text=True, env={**env, "HF_HUB_OFFLINE": "1"}, timeout=120)
         assert offline.returncode == 1 and "offline" in offline.stderr
+
+
+def _catalog_tool(*args, env):
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "catalog"), *args], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_verify_online_and_scaffold_from_hub(tiny_files, tmp_path):
+    with FakeHub() as fake:
+        fake.repos["org/tiny-mlx"] = Repo(dict(tiny_files))
+        env = {**os.environ, "HF_ENDPOINT": fake.url, "HF_HUB_OFFLINE": "0"}
+        out = tmp_path / "tiny.yaml"
+        made = _catalog_tool("scaffold", "--from-hub", "org/tiny-mlx", "--family", "hubtiny", "-o", str(out), env=env)
+        assert made.returncode == 0, made.stderr
+        assert "model.safetensors" not in fake.bytes_sent or fake.bytes_sent["model.safetensors"] < 4096
+        assert _catalog_tool("lint", str(out), env=env).returncode == 0
+        ok = _catalog_tool("verify", "--online", "hubtiny", "--catalog", str(out), env=env)
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        out.write_text(out.read_text().replace("hidden_size: 64", "hidden_size: 96"))
+        bad = _catalog_tool("verify", "--online", "hubtiny", "--catalog", str(out), env=env)
+        assert bad.returncode == 1
+        line = bad.stdout.strip().splitlines()[0]
+        assert line.startswith(f"{out}:") and "error[verify-config]" in line and "hidden_size=64" in line
+        out.write_text(out.read_text().replace("org/tiny-mlx", "org/gone"))
+        gone = _catalog_tool("verify", "--online", "hubtiny", "--catalog", str(out), env=env)
+        assert gone.returncode == 1 and "error[verify-repo]" in gone.stdout and "not found" in gone.stdout

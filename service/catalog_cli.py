@@ -10,12 +10,12 @@ import json
 import sys
 from pathlib import Path
 
-from .catalog import Catalog
-from .loader import load_catalog
-from .memory import estimate
-from .model import Entry
-from .resolve import ResolveError, UncatalogedRepo
-from .scaffold import ScaffoldError, scaffold
+from .catalog.catalog import Catalog
+from .catalog.loader import load_catalog
+from .catalog.memory import estimate
+from .catalog.model import Entry
+from .catalog.resolve import ResolveError, UncatalogedRepo
+from .catalog.scaffold import ScaffoldError, scaffold
 
 
 def _gib(n: float) -> str:
@@ -161,8 +161,21 @@ def cmd_scaffold(args) -> int:
     catalog = _load(args)
     if catalog is None:
         return 1
+    if bool(args.dir) == bool(args.from_hub):
+        print("error: give a checkpoint folder or --from-hub REPO", file=sys.stderr)
+        return 2
     try:
-        text = scaffold(Path(args.dir), catalog, family=args.family, repo=args.repo)
+        if args.from_hub:
+            from .errors import ServiceError
+            from .hub.verify import header_only_checkpoint
+
+            try:
+                with header_only_checkpoint(args.from_hub) as folder:
+                    text = scaffold(folder, catalog, family=args.family, repo=args.repo or args.from_hub)
+            except ServiceError as exc:
+                raise ScaffoldError(exc.message) from None
+        else:
+            text = scaffold(Path(args.dir), catalog, family=args.family, repo=args.repo)
     except ScaffoldError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -172,6 +185,32 @@ def cmd_scaffold(args) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def cmd_verify(args) -> int:
+    """Online: compare entries with the Hub (imports the hub client only when asked)."""
+    from .hub.pull import Puller
+    from .hub.verify import verify_entry
+    from .catalog.loader import Locator
+
+    if not args.online:
+        print("error: verify needs --online (it contacts the Hub)", file=sys.stderr)
+        return 2
+    result = load_catalog([Path(p) for p in args.catalog] if args.catalog else None)
+    if result.problems:
+        for problem in result.problems:
+            print(problem)
+        return 1
+    catalog = result.catalog
+    entries = [e for e in catalog.entries() if e.quantization.repo]
+    if args.names:
+        entries = [e for e in (_resolve(catalog, n) for n in args.names) if e is not None]
+    hub, locator = Puller(offline=False), Locator()
+    problems = [p for e in entries for p in verify_entry(hub, catalog, e, locator.problem)]
+    for problem in problems:
+        print(problem)
+    print(f"{len(entries)} entries checked, {len(problems)} difference(s)", file=sys.stderr)
+    return 1 if problems else 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -205,8 +244,14 @@ def parser() -> argparse.ArgumentParser:
     est.add_argument("--json", action="store_true")
     est.set_defaults(func=cmd_estimate)
 
+    ver = with_catalog(sub.add_parser("verify", help="check entries against the Hub (--online)"))
+    ver.add_argument("names", nargs="*", help="entries to check (default: every entry with a repo)")
+    ver.add_argument("--online", action="store_true", help="required: this contacts the Hub (HF_ENDPOINT)")
+    ver.set_defaults(func=cmd_verify)
+
     sc = with_catalog(sub.add_parser("scaffold", help="write a catalog entry from a local checkpoint folder"))
-    sc.add_argument("dir")
+    sc.add_argument("dir", nargs="?", help="checkpoint folder (or use --from-hub)")
+    sc.add_argument("--from-hub", metavar="REPO", help="read config.json and weight headers from the Hub instead")
     sc.add_argument("--family", help="family name (default: from the folder name)")
     sc.add_argument("--repo", help="Hugging Face repo id of the checkpoint")
     sc.add_argument("-o", "--output", help="write to this file instead of stdout")
