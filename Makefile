@@ -30,6 +30,7 @@ bench: setup
 	$(BENCH_ENV) $(PY) bench/catalog.py
 	$(BENCH_ENV) $(PY) bench/memory.py
 	$(BENCH_ENV) $(PY) bench/serve.py
+	$(PY) bench/pull.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache bench/results
