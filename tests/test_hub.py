@@ -240,3 +240,41 @@ def test_verify_online_and_scaffold_from_hub(tiny_files, tmp_path):
         out.write_text(out.read_text().replace("org/tiny-mlx", "org/gone"))
         gone = _catalog_tool("verify", "--online", "hubtiny", "--catalog", str(out), env=env)
         assert gone.returncode == 1 and "error[verify-repo]" in gone.stdout and "not found" in gone.stdout
+
+
+def test_ctrl_c_cancels_cleanly_and_offline_still_lists(tiny_files, tmp_path):
+    import signal
+    import time
+
+    with FakeHub() as fake:
+        fake.repos["org/slow"] = Repo({**tiny_files, "model.safetensors": BIG})
+        fake.repos["org/tiny-mlx"] = Repo(dict(tiny_files))
+        fake.faults.stall["model.safetensors"] = 30
+        env = {**os.environ, "HF_ENDPOINT": fake.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0",
+               "MLX_SERVICE_MODELS_DIR": str(tmp_path / "models")}
+        proc = subprocess.Popen([sys.executable, "-m", "service.cli", "pull", "org/slow"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 60
+        while fake.bytes_sent.get("model.safetensors", 0) < len(BIG) // 4 and time.time() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130 and "run it again to resume" in err and "Traceback" not in err
+        folder = tmp_path / "hf" / "hub" / "models--org--slow"
+        assert list((folder / "blobs").glob("*.mlx-partial")) and not (folder / "snapshots").exists()
+        fake.faults.stall.clear()
+        pulled = subprocess.run([sys.executable, "-m", "service.cli", "pull", "org/tiny-mlx"], env=env,
+                                capture_output=True, text=True, timeout=120)
+        assert pulled.returncode == 0
+    offline = {**env, "HF_HUB_OFFLINE": "1"}
+    listed = subprocess.run([sys.executable, "-m", "service.cli", "list"], env=offline, capture_output=True,
+                            text=True, timeout=120)
+    assert "org/tiny-mlx" in listed.stdout and "org/slow" not in listed.stdout
+
+
+def test_cli_ps_talks_to_a_running_server(server):
+    httpx.post(server.url + "/api/generate", json={"model": "tiny", "prompt": ""})
+    env = {**os.environ, "MLX_SERVICE_PORT": str(server.settings.port)}
+    out = subprocess.run([sys.executable, "-m", "service.cli", "ps"], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and "tiny:s-f32" in out.stdout
