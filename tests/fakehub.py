@@ -42,6 +42,7 @@ class Faults:
     drop_times: int = 1  # how many requests of that file are dropped
     corrupt: set[str] = field(default_factory=set)  # paths served with wrong bytes
     stall: dict[str, float] = field(default_factory=dict)  # path -> seconds to stall after half the file
+    missing: set[str] = field(default_factory=set)  # listed in the tree, but 404 EntryNotFound on download
 
 
 class FakeHub:
@@ -135,7 +136,7 @@ class FakeHub:
         repo, sha = self._repo(h, repo_id, revision, head)
         if repo is None:
             return
-        if path not in repo.files:
+        if path not in repo.files or path in self.faults.missing:
             return self._error(h, 404, "EntryNotFound", f"{path} does not exist", head, {"X-Repo-Commit": sha})
         data = repo.files[path]
         if path in self.faults.corrupt:

@@ -98,6 +98,7 @@ def test_corrupt_bytes_are_rejected_and_removed(hub, puller):
 ])
 def test_hub_errors_say_what_to_do(hub, puller, setup, exc, needle):
     setup(hub)
+    assert not (puller.cache_dir / "models--org--model").exists()
     if exc is None:
         with pytest.raises(Exception) as err:
             puller.plan("org/model", revision="no-such-branch")
@@ -108,6 +109,14 @@ def test_hub_errors_say_what_to_do(hub, puller, setup, exc, needle):
     assert needle in str(err.value) and (exc == "NotFound" or isinstance(err.value, exc))
     if isinstance(err.value, Gated):
         assert f"{hub.url}/org/model" in str(err.value)
+
+
+def test_file_missing_on_the_hub_leaves_no_model(hub, puller):
+    hub.faults.missing.add("tokenizer.json")
+    with pytest.raises(PullError) as err:
+        puller.pull(puller.plan("org/model"))
+    assert "tokenizer.json" in err.value.message and "404" in err.value.message
+    assert not (puller.cache_dir / "models--org--model" / "snapshots").exists()
 
 
 def test_stall_is_retried(hub, puller):
@@ -186,6 +195,9 @@ def test_pull_over_http_then_serve_and_delete(models_dir, tiny_files, tmp_path):
                 with httpx.stream("POST", srv.url + "/api/pull", json={"model": "org/bad"}) as r:
                     lines = [json.loads(line) for line in r.iter_lines() if line]
                 assert r.status_code == 200 and "checksum" in lines[-1]["error"]
+                fake.faults.corrupt.clear()
+                r = httpx.post(srv.url + "/api/pull", json={"model": "org/bad", "stream": False})
+                assert r.status_code == 200 and r.json() == {"status": "success"}
                 r = httpx.post(srv.url + "/api/pull", json={"model": "org/nothing-here"})
                 assert r.status_code == 404 and "not found on the Hub" in r.json()["error"]
         finally:
