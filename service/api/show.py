@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..catalog import Catalog, Entry
 from ..catalog.memory import estimate
+from ..catalog.scaffold import read_json_object
 from .listing import mtime_iso
 
 CAPABILITIES = {"chat": "completion", "generate": "completion", "tools": "tools", "vision": "vision",
@@ -71,18 +72,10 @@ def _parameters(entry: Entry | None, stops: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 def render_show(catalog: Catalog, entry: Entry | None, name: str, path: Path | None) -> dict:
-    config = _read_json(path / "config.json") if path else {}
+    config = read_json_object(path / "config.json") if path else {}
     style = catalog.prompt_style(entry) if entry else None
-    template = (_read_json(path / "tokenizer_config.json").get("chat_template") if path else None) or (
+    template = (read_json_object(path / "tokenizer_config.json").get("chat_template") if path else None) or (
         style.chat_template if style else None) or ""
     if path and (path / "chat_template.jinja").is_file():
         template = (path / "chat_template.jinja").read_text(encoding="utf-8")

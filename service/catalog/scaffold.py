@@ -130,7 +130,7 @@ def scaffold(folder: Path, catalog: Catalog, family: str | None = None, repo: st
     model["quantizations"] = [q]
 
     name = family or re.sub(r"[^a-z0-9._-]+", "-", folder.name.lower()).strip("-.") or "my-model"
-    has_template = (folder / "chat_template.jinja").is_file() or "chat_template" in _json(folder / "tokenizer_config.json")
+    has_template = (folder / "chat_template.jinja").is_file() or "chat_template" in read_json_object(folder / "tokenizer_config.json")
     abilities = {"text": ["chat", "generate"], "vision": ["chat", "vision"], "audio": ["chat", "audio"],
                  "embedding": ["embedding"]}[detected.kind]
     fam = CommentedMap(
@@ -168,7 +168,8 @@ def _cycle(layer_types: list) -> list:
     return mapped
 
 
-def _json(path: Path) -> dict:
+def read_json_object(path: Path) -> dict:
+    """A JSON file's top-level object, or {} when it is missing or not an object."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         return data if isinstance(data, dict) else {}
