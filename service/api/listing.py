@@ -9,7 +9,6 @@ from pathlib import Path
 
 from ..catalog import Entry
 from ..errors import ModelNotFound
-from ..locate import is_complete, locate
 from ..manager import ModelManager, Target
 
 
@@ -43,18 +42,15 @@ def _info(name: str, entry: Entry | None, path: Path | None) -> ModelInfo:
 
 
 def available(manager: ModelManager) -> list[ModelInfo]:
-    models_dir = manager.settings.models_dir
-    out: dict[str, ModelInfo] = {}
+    """Models a request can name right now: on disk, buildable from a recipe, or loaded."""
+    from ..hub import store
+
+    out = {m.name: ModelInfo(m.name, m.entry, m.path, int(m.modified), m.size)
+           for m in store.downloaded(manager.settings, manager.catalog)
+           if m.entry is None or m.entry.family.loader == "mlx-lm"}
     for entry in manager.catalog.entries():
-        if entry.family.loader != "mlx-lm":
-            continue
-        located = locate(models_dir, entry)
-        if located.path is not None or entry.quantization.generated is not None:
-            out[entry.tag] = _info(entry.tag, entry, located.path)
-    if models_dir.is_dir():
-        for child in sorted(models_dir.iterdir()):
-            if child.name != "generated" and is_complete(child) and child.name not in out:
-                out[child.name] = _info(child.name, None, child)
+        if entry.quantization.generated is not None and entry.family.loader == "mlx-lm":
+            out.setdefault(entry.tag, _info(entry.tag, entry, None))
     for served in manager.models.values():
         out.setdefault(served.name, _info(served.name, served.target.entry, served.target.path))
     return sorted(out.values(), key=lambda m: m.name)
