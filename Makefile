@@ -21,6 +21,7 @@ run: setup
 
 lint: setup
 	$(PY) tools/catalog lint
+	$(VENV)/bin/ruff check service tests bench tools/catalog
 
 test: setup
 	$(PY) tools/catalog lint

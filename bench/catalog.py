@@ -44,7 +44,8 @@ MODEL = """\
       default_quantization: 4bit
       quantizations:
 {quants}"""
-QUANT = "        - {{name: {bits}bit, repo: syn-org/syn{i}-s{s}-{bits}bit, bits: {bits}, group_size: 64, mode: affine}}\n"
+QUANT = ("        - {{name: {bits}bit, repo: syn-org/syn{i}-s{s}-{bits}bit, bits: {bits}, group_size: 64, "
+         "mode: affine}}\n")
 
 
 def synthetic(folder: Path, entries: int, sizes: int = 4, bits=(2, 3, 4, 6, 8)) -> int:

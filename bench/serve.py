@@ -4,7 +4,8 @@ same number of tokens (end-of-sequence is banned everywhere, so every run decode
 
 Reports decode tokens/s, time to first token (loaded model) and peak RSS, each as a ratio to raw, plus load
 time against mlx_lm.load. Targets: >= 0.90 of raw tokens/s on the tiny model, >= 0.98 on the 0.5B one, TTFT
-within 5 ms of raw, load within 10% of mlx_lm.load. Run: `make bench` or `.venv/bin/python bench/serve.py [--models tiny]`.
+within 5 ms of raw, load within 10% of mlx_lm.load.
+Run: `make bench` or `.venv/bin/python bench/serve.py [--models tiny]`.
 """
 
 from __future__ import annotations

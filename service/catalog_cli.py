@@ -189,9 +189,9 @@ def cmd_scaffold(args) -> int:
 
 def cmd_verify(args) -> int:
     """Online: compare entries with the Hub (imports the hub client only when asked)."""
+    from .catalog.loader import Locator
     from .hub.pull import Puller
     from .hub.verify import verify_entry
-    from .catalog.loader import Locator
 
     if not args.online:
         print("error: verify needs --online (it contacts the Hub)", file=sys.stderr)

@@ -13,16 +13,24 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .catalog import AmbiguousModel, Catalog, Entry, ModelNotFound as CatalogNotFound, UncatalogedRepo, estimate
-from .catalog.model import Sampling
+from .catalog import AmbiguousModel, Catalog, Entry, UncatalogedRepo, estimate
+from .catalog import ModelNotFound as CatalogNotFound
 from .catalog.detect import UndetectableModel
+from .catalog.model import Sampling
 from .config import Settings
 from .engine import model as engine_model
 from .engine.decode import count_tokens, decode
 from .engine.types import Completion, GenerationRequest
 from .engine.worker import MLXWorker
-from .errors import (BadRequest, LoadFailed, MemoryBudgetExceeded, ModelNotDownloaded, ModelNotFound, QueueFull,
-                     UnsupportedModel)
+from .errors import (
+    BadRequest,
+    LoadFailed,
+    MemoryBudgetExceeded,
+    ModelNotDownloaded,
+    ModelNotFound,
+    QueueFull,
+    UnsupportedModel,
+)
 from .keepalive import parse_keep_alive
 from .locate import Located, generated_dir, local_folder, locate
 

@@ -1,4 +1,4 @@
-"""Build `generated` catalog entries (their recipe): tiny random-weight checkpoints that load through the real mlx-lm path.
+"""Build `generated` catalog entries from their recipe: random-weight checkpoints that load through mlx-lm.
 
 They make tests, benchmarks and the offline demo independent of the Hub. The weights come from mlx-lm's own
 model classes (so any architecture mlx-lm knows can be generated), the tokenizer is a byte-level BPE trained on a

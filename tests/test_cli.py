@@ -51,7 +51,8 @@ def test_lint_no_builtin(write):
     assert "unknown-prompt-style" in proc.stdout
 
 
-@pytest.mark.parametrize("args", [[], ["frobnicate"], ["lint", "--format", "xml"], ["estimate", "qwen3", "--context", "0"]])
+@pytest.mark.parametrize("args", [[], ["frobnicate"], ["lint", "--format", "xml"],
+                                  ["estimate", "qwen3", "--context", "0"]])
 def test_usage_errors_exit_2(args):
     proc = run(*args)
     assert proc.returncode == 2, proc.stdout + proc.stderr

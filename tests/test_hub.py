@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from service.hub import store
-from service.hub.pull import Gated, Offline, PullCancelled, PullError, Puller
+from service.hub.pull import Gated, Offline, PullCancelled, Puller, PullError
 from service.locate import is_complete
 
 from .conftest import ROOT

@@ -46,7 +46,8 @@ CASES = {
     "negative-context": (mutate("context_length: 4096", "context_length: -5"), "schema-minimum", 12),
     "http-card": (mutate("https://example.com/card", "http://example.com/card"), "schema-pattern", 7),
     "string-layers": (mutate("num_hidden_layers: 16", "num_hidden_layers: sixteen"), "schema-type", 20),
-    "repo-and-generated": (mutate("          mode: affine\n", "          mode: affine\n          generated: {seed: 1}\n"),
+    "repo-and-generated": (mutate("          mode: affine\n",
+                                  "          mode: affine\n          generated: {seed: 1}\n"),
                            "schema-source", 28),
     "no-source": (mutate("          repo: test-org/testfam-1b-4bit\n", ""), "schema-source", 28),
     "no-content": ("schema_version: 1\n", "schema-required", 1),
@@ -71,7 +72,8 @@ CASES = {
     "vision-ability-on-text": (mutate("[chat, generate]", "[chat, vision]"), "ability-kind", 8),
     "sliding-without-window": (mutate("vocab_size: 32000\n", "vocab_size: 32000\n        attention_pattern: "
                                       "[sliding_attention, full_attention]\n"), "sliding-window", 26),
-    "alias-collision": (mutate("  default_size: 1b\n", "  aliases: [qwen3]\n  default_size: 1b\n"), "duplicate-name", 4),
+    "alias-collision": (mutate("  default_size: 1b\n", "  aliases: [qwen3]\n  default_size: 1b\n"),
+                        "duplicate-name", 4),
     "size-mismatch": (mutate("mode: affine", "mode: affine\n          size_bytes: 1000"), "size-mismatch", 33),
     "duplicate-size": (VALID_FAMILY + VALID_FAMILY.split("  models:\n", 1)[1].replace(
                        "repo: test-org/testfam-1b-4bit", "repo: test-org/other"),

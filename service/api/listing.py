@@ -1,5 +1,4 @@
-"""What models exist here: loaded ones, cataloged ones on disk (or buildable from a recipe), and plain
-folders in MODELS_DIR. Shared by /v1/models, /api/tags and /api/show."""
+"""What models a request can name here (for /v1/models): on disk, buildable from a recipe, or loaded."""
 
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ class ModelInfo:
     path: Path | None  # None: not on disk (yet)
     created: int
     size: int
-
 
 
 def digest_of(path: Path) -> str:

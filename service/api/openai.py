@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict

@@ -181,8 +181,9 @@ class _Layer:
         """Within one layer a name is defined once; a second definition is a located problem."""
         if item.name in known:
             where = self.locator.where(known[item.name].location)
-            self.problems.append(self.locator.problem(item.location, ["name"], f"duplicate-{what.replace(' ', '-')}",
-                                                      f"{what} `{item.name}` is already defined in {where}: rename one"))
+            code = f"duplicate-{what.replace(' ', '-')}"
+            message = f"{what} `{item.name}` is already defined in {where}: rename one"
+            self.problems.append(self.locator.problem(item.location, ["name"], code, message))
         else:
             known[item.name] = item
 

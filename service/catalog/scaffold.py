@@ -130,7 +130,8 @@ def scaffold(folder: Path, catalog: Catalog, family: str | None = None, repo: st
     model["quantizations"] = [q]
 
     name = family or re.sub(r"[^a-z0-9._-]+", "-", folder.name.lower()).strip("-.") or "my-model"
-    has_template = (folder / "chat_template.jinja").is_file() or "chat_template" in read_json_object(folder / "tokenizer_config.json")
+    has_template = (folder / "chat_template.jinja").is_file() or (
+        "chat_template" in read_json_object(folder / "tokenizer_config.json"))
     abilities = {"text": ["chat", "generate"], "vision": ["chat", "vision"], "audio": ["chat", "audio"],
                  "embedding": ["embedding"]}[detected.kind]
     fam = CommentedMap(

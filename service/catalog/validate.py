@@ -24,6 +24,7 @@ from .paths import schema_file
 from .problems import Problem, json_path
 from .yamlio import Document
 
+
 @functools.lru_cache(maxsize=1)
 def validator() -> Draft202012Validator:
     schema = json.loads(schema_file().read_text(encoding="utf-8"))

@@ -10,10 +10,10 @@ import threading
 import time
 from typing import Callable
 
+from ..catalog.model import Sampling
 from ..errors import BadRequest, GenerationTimeout
 from .model import ModelHandle
 from .stops import StopMatcher
-from ..catalog.model import Sampling
 from .types import Completion, GenerationRequest
 
 Emit = Callable[[str], None]
