@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .catalog import AmbiguousModel, Catalog, Entry, UncatalogedRepo, estimate
+from .catalog import AmbiguousModel, Catalog, Entry, ResolveError, UncatalogedRepo, estimate
 from .catalog import ModelNotFound as CatalogNotFound
 from .catalog.detect import UndetectableModel
 from .catalog.model import Sampling
@@ -133,9 +133,22 @@ class ModelManager:
         return target.entry.family.sampling if target.entry else Sampling()
 
     # ---- loading ----------------------------------------------------------------------------------------
+    def _loaded(self, name: str) -> Served | None:
+        """The loaded model `name` refers to, found without touching the disk (the per-request fast path)."""
+        served = self.models.get(name)
+        if served is None:
+            try:
+                found = self.catalog.resolve(name)
+            except ResolveError:
+                return None
+            served = self.models.get(found.tag)
+        return served
+
     async def load(self, name: str, keep_alive: float | None = None) -> Served:
-        target = self.resolve(name)
-        served = self.models.get(target.name)
+        served = self._loaded(name)
+        if served is None:
+            target = self.resolve(name)
+            served = self.models.get(target.name)
         if served is not None:
             if keep_alive is not None:
                 served.keep_alive = keep_alive
