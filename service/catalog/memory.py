@@ -88,8 +88,8 @@ def _prefill_chunks(prompt: int):
 def activation_bytes(model: Model, context: int, element_bytes: int, fused_attention: bool) -> int:
     """Peak scratch while prefilling a `context`-token prompt (one sequence), chunk by chunk.
 
-    Per chunk of c tokens with T tokens cached: MLP intermediates (4 x MLP width, model dtype) and hidden-state
-    temporaries (9 x hidden, float32) per token; and, unless attention is fused, the c x keys score matrix
+    Per chunk of c tokens with T tokens cached: MLP intermediates (4 x MLP width, model dtype; GELU MLPs one
+    more, float32) and hidden-state temporaries (9 x hidden, float32) per token; and, unless attention is fused, the c x keys score matrix
     (one per attention layer at a time) plus its boolean mask. The last layer's attention output is never
     evaluated during prefill (only its K/V are kept), so it does not count; sliding-window layers see at most
     window - 1 + c keys, and their rotating caches briefly hold that many.
@@ -98,6 +98,8 @@ def activation_bytes(model: Model, context: int, element_bytes: int, fused_atten
     mlp = (arch.moe_intermediate_size or arch.intermediate_size or 4 * arch.hidden_size) * (
         arch.num_experts_per_tok if arch.is_moe else 1)
     per_token = 4 * mlp * element_bytes + 9 * arch.hidden_size * 4
+    if (arch.hidden_act or "").startswith("gelu"):  # the tanh-approximated GELU keeps one more MLP-wide array
+        per_token += mlp * 4
     evaluated = set(arch.layer_types[:-1])
     kv_per_layer_token = 2 * arch.num_key_value_heads * arch.effective_head_dim * element_bytes
     sliding_layers = arch.layer_types.count("sliding_attention")

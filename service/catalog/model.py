@@ -27,6 +27,7 @@ class Architecture:
     vocab_size: int
     head_dim: int | None = None
     intermediate_size: int | None = None
+    hidden_act: str | None = None
     max_position_embeddings: int | None = None
     sliding_window: int | None = None
     attention_pattern: tuple[str, ...] = ()
@@ -67,6 +68,7 @@ class Architecture:
         optional = {
             "head_dim": self.head_dim,
             "intermediate_size": self.intermediate_size,
+            "hidden_act": self.hidden_act,
             "max_position_embeddings": self.max_position_embeddings,
             "sliding_window": self.sliding_window,
             "num_experts": self.num_experts,

@@ -98,6 +98,9 @@ def scaffold(folder: Path, catalog: Catalog, family: str | None = None, repo: st
         value = next((text[n] for n in names if isinstance(text.get(n), int)), None)
         if value is not None:
             arch[names[0]] = value
+    act = text.get("hidden_act") or text.get("hidden_activation")
+    if isinstance(act, str):
+        arch["hidden_act"] = act
     if isinstance(text.get("tie_word_embeddings"), bool):
         arch["tie_word_embeddings"] = text["tie_word_embeddings"]
     dtype = text.get("torch_dtype") or text.get("dtype")
