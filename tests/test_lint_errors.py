@@ -139,3 +139,18 @@ def test_yaml_one_one_booleans_stay_strings(write):
 def test_missing_path_is_reported(tmp_path):
     problems = load_catalog([tmp_path / "nope"]).problems
     assert [p.code for p in problems] == ["missing-path"]
+
+
+def test_large_layers_are_parsed_in_parallel_with_the_same_positions(tmp_path):
+    from service.catalog.loader import PARALLEL_FILES
+
+    for i in range(PARALLEL_FILES + 6):
+        text = VALID_FAMILY.replace("name: testfam", f"name: fam{i}").replace("testfam-1b-4bit", f"fam{i}")
+        (tmp_path / f"f{i:03}.yaml").write_text(text)
+    (tmp_path / "f010.yaml").write_text((tmp_path / "f010.yaml").read_text().replace("kind: text", "kind: txt"))
+    (tmp_path / "f020.yaml").write_text((tmp_path / "f020.yaml").read_text().replace(
+        "prompt_style: chatml", "prompt_style: nosuch"))
+    for cache in (True, False):
+        problems = load_catalog([tmp_path], cache=cache).problems
+        assert [(p.file.endswith(n), p.code, p.line) for p, n in zip(problems, ["f010.yaml", "f020.yaml"])] == [
+            (True, "schema-enum", 8), (True, "unknown-prompt-style", 11)]

@@ -117,16 +117,66 @@ def load_catalog(paths: list[Path] | None = None, *, builtin: bool = True, cache
     return LoadResult(catalog, sorted(set(problems)), files)
 
 
+PARALLEL_FILES = 64  # a layer this large is parsed by a process pool (parsing is CPU-bound Python)
+
+
+def check_file(path: Path, display: str, thorough: bool) -> tuple[Document | None, list[Problem]]:
+    """Parse, upgrade and validate one file: a clean document, or its located problems."""
+    # Imported here: the YAML parser and jsonschema are only needed when a layer is not in the cache,
+    # and importing them costs more than a warm start takes.
+    from .validate import validate
+    from .versions import upgrade
+    from .yamlio import parse
+
+    doc, problems = parse(path, display)
+    if doc is None:
+        return None, problems
+    found = upgrade(doc) or validate(doc, thorough)
+    return (None, found) if found else (doc, [])
+
+
+def _check_in_worker(job: tuple[Path, str, bool]):
+    doc, problems = check_file(*job)
+    return (doc.data if doc else None), problems  # no node tree: positions are re-read only if needed
+
+
+def _check_all(entries: list[tuple[Path, str]], thorough: bool):
+    jobs = [(path, display, thorough) for path, display in entries]
+    workers = min(os.cpu_count() or 1, 4)
+    if len(jobs) >= PARALLEL_FILES and workers > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        try:
+            with ProcessPoolExecutor(workers) as pool:
+                results = list(pool.map(_check_in_worker, jobs, chunksize=max(1, len(jobs) // (workers * 4))))
+        except (OSError, RuntimeError):  # no processes allowed here: parse in this one
+            results = None
+        if results is not None:
+            from .yamlio import Document
+
+            for (path, display), (data, problems) in zip(entries, results):
+                yield display, (Document(display, data) if data is not None else None), problems
+            return
+    for path, display in entries:
+        doc, problems = check_file(path, display, thorough)
+        yield display, doc, problems
+
+
 def _read_layer(entries: list[tuple[Path, str]], locator: Locator, problems: list[Problem], cache: bool) -> _Layer:
     key = layer_cache.layer_key(entries) if cache else ""
     cached = layer_cache.load(key) if cache else None
-    layer = _Layer(locator, problems, thorough=not cache)
+    layer = _Layer(locator, problems)
     if cached is not None:
         layer.families, layer.styles, layer.detection, layer.detection_file = cached
         return layer
     before = len(problems)
-    for path, display in entries:
-        layer.add(path, display)
+    for display, doc, found in _check_all(entries, thorough=not cache):
+        if doc is not None and doc.root is not None:
+            locator.documents[display] = doc
+        if doc is None:
+            problems.extend(found)
+        else:
+            layer.add(doc)
     if cache and len(problems) == before and not layer.patches:
         layer_cache.store(key, (layer.families, layer.styles, layer.detection, layer.detection_file))
     return layer
@@ -135,9 +185,8 @@ def _read_layer(entries: list[tuple[Path, str]], locator: Locator, problems: lis
 class _Layer:
     """The documents of one layer, before they are merged over the earlier layers."""
 
-    def __init__(self, locator: Locator, problems: list[Problem], thorough: bool):
+    def __init__(self, locator: Locator, problems: list[Problem]):
         self.locator = locator
-        self.thorough = thorough
         self.problems = problems
         self.families: dict[str, Family] = {}
         self.patches: list[tuple[Document, dict]] = []
@@ -145,22 +194,7 @@ class _Layer:
         self.detection: DetectionRules | None = None
         self.detection_file: str | None = None
 
-    def add(self, path: Path, display: str) -> None:
-        # Imported here: the YAML parser and jsonschema are only needed when a layer is not in the cache,
-        # and importing them costs more than a warm start takes.
-        from .validate import validate
-        from .versions import upgrade
-        from .yamlio import parse
-
-        doc, problems = parse(path, display)
-        if doc is None:
-            self.problems.extend(problems)
-            return
-        self.locator.documents[display] = doc
-        found = upgrade(doc) or validate(doc, self.thorough)
-        if found:
-            self.problems.extend(found)
-            return
+    def add(self, doc: Document) -> None:
         data = doc.data
         if "family" in data:
             self._unique(self.families, build.family(doc, data["family"], ["family"]), "family")
@@ -170,12 +204,15 @@ class _Layer:
             self._unique(self.styles, build.prompt_style(doc, raw, ["prompt_styles", i]), "prompt style")
         if "detection" in data:
             if self.detection is not None:
-                self.problems.append(doc.problem(["detection"], "duplicate-detection",
-                                                 f"detection rules are already defined in {self.detection_file}: "
-                                                 "keep one detection file per catalog folder"))
+                self.problems.append(self._problem(doc, ["detection"], "duplicate-detection",
+                                                   f"detection rules are already defined in {self.detection_file}:"
+                                                   " keep one detection file per catalog folder"))
             else:
                 self.detection = build.detection(doc, data["detection"], ["detection"])
-                self.detection_file = display
+                self.detection_file = doc.file
+
+    def _problem(self, doc: Document, path: list, code: str, message: str) -> Problem:
+        return self.locator.problem(Location(doc.file), path, code, message)
 
     def _unique(self, known: dict, item, what: str) -> None:
         """Within one layer a name is defined once; a second definition is a located problem."""
@@ -195,7 +232,7 @@ class _Layer:
             if name not in families:
                 close = difflib.get_close_matches(name, list(families), n=1)
                 hint = f" (did you mean `{close[0]}`?)" if close else ""
-                self.problems.append(doc.problem(["extends", "family"], "unknown-family",
+                self.problems.append(self._problem(doc, ["extends", "family"], "unknown-family",
                                                  f"`extends` names family `{name}`, which no earlier catalog "
                                                  f"layer defines{hint}: define it with `family:` instead"))
                 continue
@@ -219,7 +256,7 @@ class _Layer:
             missing = [k for k in ("parameters", "architecture", "default_quantization", "quantizations")
                        if k not in patch]
             if missing:
-                self.problems.append(doc.problem(path, "incomplete-model",
+                self.problems.append(self._problem(doc, path, "incomplete-model",
                                                  f"size `{size}` is new to family `{fam.name}`, so it needs "
                                                  f"{', '.join('`' + k + '`' for k in missing)}"))
                 continue

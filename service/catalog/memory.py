@@ -88,11 +88,12 @@ def _prefill_chunks(prompt: int):
 def activation_bytes(model: Model, context: int, element_bytes: int, fused_attention: bool) -> int:
     """Peak scratch while prefilling a `context`-token prompt (one sequence), chunk by chunk.
 
-    Per chunk of c tokens with T tokens cached: MLP intermediates (4 x MLP width, model dtype; GELU MLPs one
-    more, float32) and hidden-state temporaries (9 x hidden, float32) per token; and, unless attention is fused, the c x keys score matrix
-    (one per attention layer at a time) plus its boolean mask. The last layer's attention output is never
-    evaluated during prefill (only its K/V are kept), so it does not count; sliding-window layers see at most
-    window - 1 + c keys, and their rotating caches briefly hold that many.
+    Per chunk of c tokens with T tokens cached: MLP intermediates (4 x MLP width, model dtype; GELU MLPs
+    one more, float32) and hidden-state temporaries (9 x hidden, float32) per token; and, unless attention
+    is fused, the c x keys score matrix (one per attention layer at a time) plus its boolean mask. The last
+    layer's attention output is never evaluated during prefill (only its K/V are kept), so it does not
+    count; sliding-window layers see at most window - 1 + c keys, and their rotating caches briefly hold
+    that many.
     """
     arch = model.architecture
     mlp = (arch.moe_intermediate_size or arch.intermediate_size or 4 * arch.hidden_size) * (
