@@ -68,6 +68,8 @@ def main() -> None:
     parser.add_argument("--contexts", type=int, nargs="+", default=[512, 2048, 8192])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--worker", nargs=2, metavar=("TAG", "CONTEXT"))
+    parser.add_argument("--reuse", action="store_true",
+                        help="recompute the estimates against the peaks measured by the last run")
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker[0], int(args.worker[1]))))
@@ -76,12 +78,17 @@ def main() -> None:
     from service.catalog import estimate
 
     cat = catalog()
-    entries = [e for e in cat.entries() if e.family.name.startswith("bench-")]
-    for entry in entries:  # build checkpoints once, before the timed runs
-        measure(entry.tag, 256 + DECODE)
+    entries = [e for e in cat.entries() if e.family.name.startswith("bench-") and e.family.name != "bench-serve"]
     jobs = [(e, c) for e in entries for c in args.contexts]
-    with ThreadPoolExecutor(args.jobs) as pool:
-        peaks = list(pool.map(lambda job: measure(job[0].tag, job[1])["peak"], jobs))
+    if args.reuse:
+        previous = json.loads((RESULTS / "memory.json").read_text())
+        measured = {(r["model"], r["context"]): r["measured_MiB"] * 2**20 for r in previous["rows"]}
+        peaks = [measured.get((e.tag, c)) for e, c in jobs]
+    else:
+        for entry in entries:  # build checkpoints once, before the measured runs
+            measure(entry.tag, 256 + DECODE)
+        with ThreadPoolExecutor(args.jobs) as pool:
+            peaks = list(pool.map(lambda job: measure(job[0].tag, job[1])["peak"], jobs))
     rows, skipped = [], set()
     for (entry, context), peak in zip(jobs, peaks):
         if peak is None:
@@ -100,7 +107,9 @@ def main() -> None:
     worst = max(rows, key=lambda r: abs(r["_error"]))
     print(f"\nworst row: {worst['model']} @ {worst['context']}: {worst['error']} "
           f"({'within' if abs(worst['_error']) <= TOLERANCE else 'OUTSIDE'} +-{TOLERANCE:.0%})")
-    path = write("memory", {"tolerance": TOLERANCE, "rows": rows, "worst": worst, "skipped": sorted(skipped)})
+    measured_on = previous["machine"]["date"] if args.reuse else None
+    path = write("memory", {"tolerance": TOLERANCE, "rows": rows, "worst": worst, "skipped": sorted(skipped),
+                            "peaks_measured_on": measured_on or "this run"})
     print(f"wrote {path.relative_to(ROOT)}")
 
 

@@ -11,6 +11,7 @@ Run: `make bench` or `.venv/bin/python bench/serve.py [--models tiny]`.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import socket
@@ -62,7 +63,11 @@ def raw(path: str, tokens: int) -> dict:
     from mlx_lm.sample_utils import make_sampler
 
     loads = []
-    for _ in range(REPEAT + 1):  # the first load pays one-time imports and cold files; compare warm loads
+    for i in range(REPEAT + 1):  # the first load pays one-time imports and cold files; compare warm loads
+        if i:
+            del model, tokenizer  # free the previous copy first, as a server's unload does
+            gc.collect()
+            mx.clear_cache()
         start = time.perf_counter()
         model, tokenizer = mlx_lm.load(path)
         mx.eval(model.parameters())
