@@ -62,10 +62,10 @@ def raw(path: str, tokens: int) -> dict:
     from mlx_lm.generate import stream_generate
     from mlx_lm.sample_utils import make_sampler
 
-    loads = []
-    for i in range(REPEAT + 1):  # the first load pays one-time imports and cold files; compare warm loads
-        if i:
-            del model, tokenizer  # free the previous copy first, as a server's unload does
+    loads, model, tokenizer = [], None, None
+    for _ in range(REPEAT + 1):  # the first load pays one-time imports and cold files; compare warm loads
+        if model is not None:
+            model = tokenizer = None  # free the previous copy first, as a server's unload does
             gc.collect()
             mx.clear_cache()
         start = time.perf_counter()

@@ -128,9 +128,11 @@ def _ban(token_ids: list[int]):
     """A logits processor that makes the given tokens impossible (used to ignore end-of-sequence)."""
     import mlx.core as mx
 
+    banned = mx.array(token_ids)
+
     def process(_tokens, logits):
         if token_ids:
-            logits[..., mx.array(token_ids)] = -mx.inf
+            logits[..., banned] = -mx.inf
         return logits
 
     return process

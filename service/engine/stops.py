@@ -6,13 +6,14 @@ from __future__ import annotations
 class StopMatcher:
     def __init__(self, stops: list[str]):
         self.stops = [s for s in stops if s]
+        self.firsts = {s[0] for s in self.stops}  # text without any of these cannot start a stop string
         self.held = ""
         self.matched: str | None = None
 
     def feed(self, text: str) -> str:
         """Add generated text; return the part that is safe to emit. After a match, `matched` is set."""
         self.held += text
-        if not self.stops:
+        if not self.stops or not any(c in self.held for c in self.firsts):  # the common case, per token
             out, self.held = self.held, ""
             return out
         hits = [(self.held.find(s), s) for s in self.stops if s in self.held]
