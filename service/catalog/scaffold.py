@@ -157,7 +157,8 @@ def scaffold(folder: Path, catalog: Catalog, family: str | None = None, repo: st
     out = io.StringIO()
     yaml.dump(doc, out)
     header = "# yaml-language-server: $schema=../../schemas/catalog.schema.json\n"
-    header += f"# Scaffolded from {folder.name} (detection rule `{detected.rule}`). Check the facts marked TODO.\n"
+    header += (f"# Scaffolded from {folder.name} (detection rule `{detected.rule}`): fill in the description, "
+               "license and model card.\n")
     if moe:
         header += "# TODO: set active_parameters from the model card (it is a copy of the total here).\n"
     return header + out.getvalue()
