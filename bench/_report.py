@@ -1,4 +1,4 @@
-"""Shared output for benchmark scripts: a printed table plus a JSON file under bench/results/."""
+"""Shared by the benchmark scripts: the benchmark catalog and its models, a printed table, a JSON file."""
 
 from __future__ import annotations
 
@@ -30,3 +30,19 @@ def write(name: str, payload: dict) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps({"machine": machine(), **payload}, indent=2))
     return path
+
+
+def bench_catalog():
+    """The built-in catalog plus the benchmark models declared in bench/catalog/."""
+    from service.catalog import load_catalog
+
+    return load_catalog([Path(__file__).resolve().parent / "catalog"]).raise_for_problems()
+
+
+def build(tag: str, folder_for):
+    """(entry, checkpoint folder) of a generated benchmark model, built on first use at `folder_for(entry)`."""
+    from service.recipes import build_checkpoint
+
+    catalog = bench_catalog()
+    entry = catalog.resolve(tag)
+    return entry, build_checkpoint(entry, catalog.prompt_style(entry), folder_for(entry))

@@ -21,16 +21,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from _report import RESULTS, table, write  # noqa: E402
+from _report import RESULTS, bench_catalog, build, table, write  # noqa: E402
 
 DECODE = 16
 TOLERANCE = 0.10
-
-
-def catalog():
-    from service.catalog import load_catalog
-
-    return load_catalog([HERE / "catalog"]).raise_for_problems()
 
 
 def worker(tag: str, context: int) -> dict:
@@ -39,11 +33,7 @@ def worker(tag: str, context: int) -> dict:
     import mlx_lm
     from mlx_lm.generate import generate_step
 
-    from service.recipes import build_checkpoint
-
-    cat = catalog()
-    entry = cat.resolve(tag)
-    path = build_checkpoint(entry, cat.prompt_style(entry), RESULTS / "models" / tag.replace(":", "-"))
+    entry, path = build(tag, lambda e: RESULTS / "models" / e.tag.replace(":", "-"))
     mx.reset_peak_memory()
     model, _ = mlx_lm.load(str(path))
     mx.random.seed(0)
@@ -77,7 +67,7 @@ def main() -> None:
 
     from service.catalog import estimate
 
-    cat = catalog()
+    cat = bench_catalog()
     entries = [e for e in cat.entries() if e.family.name.startswith("bench-") and e.family.name != "bench-serve"]
     jobs = [(e, c) for e in entries for c in args.contexts]
     if args.reuse:

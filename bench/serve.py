@@ -28,26 +28,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from _report import RESULTS, machine, table, write  # noqa: E402
+from _report import RESULTS, build, machine, table, write  # noqa: E402
 
 MODELS = {"tiny": ("bench-serve:tiny-f32", 256), "0.5b": ("bench-serve:0.5b-f32", 48)}
 MESSAGES = [{"role": "user", "content": "Write a short story about a cat who learns to read."}]
 REPEAT = 3
-
-
-def catalog():
-    from service.catalog import load_catalog
-
-    return load_catalog([HERE / "catalog"]).raise_for_problems()
-
-
-def checkpoint(models_dir: Path, tag: str) -> Path:
-    from service.locate import generated_dir
-    from service.recipes import build_checkpoint
-
-    cat = catalog()
-    entry = cat.resolve(tag)
-    return build_checkpoint(entry, cat.prompt_style(entry), generated_dir(models_dir, entry))
 
 
 def rss_peak(pid: int | None = None) -> int:
@@ -184,7 +169,9 @@ def measure_api(url: str, api: str, model: str, tokens: int, eos_ids: list[int])
 
 def bench_model(size: str, models_dir: Path) -> list[dict]:
     tag, tokens = MODELS[size]
-    path = checkpoint(models_dir, tag)
+    from service.locate import generated_dir
+
+    _, path = build(tag, lambda entry: generated_dir(models_dir, entry))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, __file__, "--raw", str(path), str(tokens)], capture_output=True,
                           text=True, env=env, check=True)

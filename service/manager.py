@@ -32,7 +32,7 @@ from .errors import (
     UnsupportedModel,
 )
 from .keepalive import parse_keep_alive
-from .locate import Located, generated_dir, local_folder, locate
+from .locate import generated_dir, local_folder, locate
 
 log = logging.getLogger("mlx_service.manager")
 GiB = 2**30
@@ -45,7 +45,6 @@ class Target:
     name: str  # the tag we report (family:size-quant, repo id, or local folder name)
     entry: Entry | None
     path: Path | None
-    located: Located | None
     estimate_bytes: int
     context_length: int
     trust_remote_code: bool = False
@@ -88,7 +87,7 @@ def resolve_target(settings: Settings, catalog: Catalog, name: str) -> Target:
         if located.path is None:
             raise ModelNotDownloaded(f"model {found.repo!r} is not downloaded: pull it first "
                                      f"(`mlx-service pull {found.repo}` or POST /api/pull)")
-        return _local_target(settings, catalog, found.repo, located.path, located)
+        return _local_target(settings, catalog, found.repo, located.path)
     entry = found
     if entry.family.loader != "mlx-lm":
         raise UnsupportedModel(f"{entry.tag} is a {entry.family.kind} model ({entry.family.loader}); this "
@@ -96,11 +95,10 @@ def resolve_target(settings: Settings, catalog: Catalog, name: str) -> Target:
     context = min(entry.context_length, settings.context_length)
     est = estimate(entry, context=context)
     located = locate(settings.models_dir, entry)
-    return Target(entry.tag, entry, located.path, located, est.total, context, entry.family.trust_remote_code)
+    return Target(entry.tag, entry, located.path, est.total, context, entry.family.trust_remote_code)
 
 
-def _local_target(settings: Settings, catalog: Catalog, name: str, folder: Path,
-                  located: Located | None = None) -> Target:
+def _local_target(settings: Settings, catalog: Catalog, name: str, folder: Path) -> Target:
     try:
         config = json.loads((folder / "config.json").read_text())
         kind = catalog.detect(config)
@@ -110,7 +108,7 @@ def _local_target(settings: Settings, catalog: Catalog, name: str, folder: Path,
         raise UnsupportedModel(f"{name} is a {kind.kind} model ({kind.loader}): not supported yet")
     weights = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
     context = min(int(config.get("max_position_embeddings") or 4096), settings.context_length)
-    return Target(name, None, folder, located or Located(folder, "models_dir"), int(weights * 1.2), context)
+    return Target(name, None, folder, int(weights * 1.2), context)
 
 
 class ModelManager:

@@ -127,14 +127,14 @@ def downloaded(settings: Settings, catalog: Catalog) -> list[Local]:
 
 def delete(settings: Settings, catalog: Catalog, name: str) -> Path:
     """Remove a downloaded checkpoint (a whole HF-cache repo revision, or a MODELS_DIR folder)."""
-    match = next((m for m in downloaded(settings, catalog) if m.name == name), None)
-    if match is None:
+    here = downloaded(settings, catalog)
+    match = next((m for m in here if m.name == name), None)
+    if match is None:  # another spelling of a cataloged model: match by where it is
         try:
-            target = _target(catalog, name)
-            path = locate(settings.models_dir, target).path
+            path = locate(settings.models_dir, _target(catalog, name)).path
         except (ModelNotFound, BadRequest):
             path = None
-        match = next((m for m in downloaded(settings, catalog) if m.path == path), None) if path else None
+        match = next((m for m in here if m.path == path), None) if path else None
     if match is None:
         raise ModelNotFound(f"model '{name}' not found on this machine")
     path = match.path
