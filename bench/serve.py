@@ -2,10 +2,15 @@
 and MLX Service through its OpenAI, Anthropic and Ollama APIs - same generated models, greedy, same prompt,
 same number of tokens (end-of-sequence is banned everywhere, so every run decodes exactly N tokens).
 
-Reports decode tokens/s, time to first token (loaded model) and peak RSS, each as a ratio to raw, plus load
-time against mlx_lm.load. Targets: >= 0.90 of raw tokens/s on the tiny model, >= 0.98 on the 0.5B one, TTFT
-within 5 ms of raw, load within 10% of mlx_lm.load.
-Run: `make bench` or `.venv/bin/python bench/serve.py [--models tiny]`.
+All runners stay up for the whole run and are measured in interleaved rounds (the order rotates each round);
+every ratio is the median of per-round ratios against the raw run of the same round. On a small, shared
+machine the speed drifts by tens of percent over a minute, and pairing the runs cancels that drift. Each round
+uses a new prompt, so no runner gets a prefix-cache hit and time to first token compares the same work.
+
+Reports decode tokens/s, time to first token (loaded model) and peak RSS, each against raw, plus load time
+against mlx_lm.load (as the client sees it over HTTP and as the server measured it). Targets: >= 0.90 of raw
+tokens/s on the tiny model, >= 0.98 on the 0.5B one, TTFT within 5 ms of raw, load within 10% of mlx_lm.load.
+Run: `make bench` or `.venv/bin/python bench/serve.py [--models tiny] [--rounds N]`.
 """
 
 from __future__ import annotations
@@ -30,9 +35,14 @@ sys.path.insert(0, str(HERE))
 
 from _report import RESULTS, build, machine, table, write  # noqa: E402
 
-MODELS = {"tiny": ("bench-serve:tiny-f32", 256), "0.5b": ("bench-serve:0.5b-f32", 48)}
-MESSAGES = [{"role": "user", "content": "Write a short story about a cat who learns to read."}]
-REPEAT = 3
+# tag, tokens decoded per run, measured rounds
+MODELS = {"tiny": ("bench-serve:tiny-f32", 512, 9), "0.5b": ("bench-serve:0.5b-f32", 40, 4)}
+LOAD_ROUNDS = 5
+
+
+def messages(round_: int) -> list[dict]:
+    return [{"role": "user", "content": f"Story number {round_}: write a short story about a cat who learns "
+                                        "to read."}]
 
 
 def rss_peak(pid: int | None = None) -> int:
@@ -40,81 +50,76 @@ def rss_peak(pid: int | None = None) -> int:
     return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM"))) * 1024
 
 
-def raw(path: str, tokens: int) -> dict:
-    """In-process baseline (runs in its own process, so its RSS is its own)."""
+def timings(t0: float, stamps: list[float], count: int) -> dict:
+    """The same arithmetic for every runner. `stamps`: when each piece of text became visible. A streaming
+    detokenizer shows a token's text only once it is whole (often a few tokens later), so time to first token
+    is time to first text, and decode speed is counted between the first and the last text."""
+    return {"ttft_s": stamps[0] - t0, "tps": (count - 1) / (stamps[-1] - stamps[0]), "tokens": count}
+
+
+# ---- raw: a child process that answers one JSON command per line ------------------------------------------
+def raw_main(path: str) -> None:
     import mlx.core as mx
     import mlx_lm
     from mlx_lm.generate import stream_generate
     from mlx_lm.sample_utils import make_sampler
 
-    loads, model, tokenizer = [], None, None
-    for _ in range(REPEAT + 1):  # the first load pays one-time imports and cold files; compare warm loads
-        if model is not None:
-            model = tokenizer = None  # free the previous copy first, as a server's unload does
-            gc.collect()
-            mx.clear_cache()
-        start = time.perf_counter()
-        model, tokenizer = mlx_lm.load(path)
-        mx.eval(model.parameters())
-        loads.append(time.perf_counter() - start)
-    load = statistics.median(loads[1:])
+    model, tokenizer = mlx_lm.load(path)  # pays the one-time imports and cold files; later loads are timed
+    mx.eval(model.parameters())
     eos = mx.array(list(tokenizer.eos_token_ids))
 
     def ban(_tokens, logits):
         logits[..., eos] = -mx.inf
         return logits
 
-    runs = []
-    for _ in range(REPEAT + 1):
-        t0 = time.perf_counter()  # like a server, raw pays for the chat template and tokenization too
-        prompt = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
-        ids = mx.array(tokenizer.encode(prompt, add_special_tokens=False))
-        stamps = [time.perf_counter() for _ in stream_generate(
-            model, tokenizer, ids, max_tokens=tokens, sampler=make_sampler(0.0), logits_processors=[ban])]
-        runs.append((stamps[0] - t0, (len(stamps) - 1) / (stamps[-1] - stamps[0])))
-    runs = runs[1:]  # the first run warms up kernels
-    return {"load_s": load, "ttft_s": statistics.median(r[0] for r in runs),
-            "tps": statistics.median(r[1] for r in runs), "rss": rss_peak()}
+    for line in sys.stdin:
+        op = json.loads(line)
+        if op["op"] == "load":
+            model = tokenizer = None  # free the previous copy first, as a server's unload does
+            gc.collect()
+            mx.clear_cache()
+            start = time.perf_counter()
+            model, tokenizer = mlx_lm.load(path)
+            mx.eval(model.parameters())
+            out = {"load_s": time.perf_counter() - start}
+        elif op["op"] == "gen":
+            t0 = time.perf_counter()  # like a server, raw pays for the chat template and tokenization too
+            prompt = tokenizer.apply_chat_template(op["messages"], add_generation_prompt=True, tokenize=False)
+            ids = mx.array(tokenizer.encode(prompt, add_special_tokens=False))
+            count, stamps = 0, []  # stamped when text appears, as a client sees it (see Http.generate)
+            for response in stream_generate(model, tokenizer, ids, max_tokens=op["tokens"],
+                                            sampler=make_sampler(0.0), logits_processors=[ban]):
+                count += 1
+                if response.text:
+                    stamps.append(time.perf_counter())
+            out = timings(t0, stamps, count)
+        else:
+            out = {"rss": rss_peak()}
+        print(json.dumps(out), flush=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class Raw:
+    def __init__(self, path: Path, env: dict):
+        self.proc = subprocess.Popen([sys.executable, __file__, "--raw", str(path)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=env)
+
+    def call(self, **op) -> dict:
+        self.proc.stdin.write(json.dumps(op) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the raw runner exited")
+        return json.loads(line)
+
+    def generate(self, msgs: list[dict], tokens: int) -> dict:
+        return self.call(op="gen", messages=msgs, tokens=tokens)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
 
 
-def wait_up(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {proc.stderr.read() if proc.stderr else ''}")
-        try:
-            httpx.get(url, timeout=1)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    raise RuntimeError(f"{url} did not come up")
-
-
-def timed_stream(client: httpx.Client, method: str, url: str, body: dict, headers: dict,
-                 parse) -> tuple[float, float, int]:
-    """(time to first token, decode tokens/s, tokens) measured by the client (one kept-alive connection, as
-    SDK clients use; a fresh httpx client per request costs tens of milliseconds on its own)."""
-    stamps, count = [], 0
-    t0 = time.perf_counter()
-    with client.stream(method, url, json=body, headers=headers, timeout=600) as r:
-        for line in r.iter_lines():
-            got = parse(line)
-            if got is None:
-                continue
-            text, final = got
-            if text:
-                stamps.append(time.perf_counter())
-            if final is not None:
-                count = final
-    return stamps[0] - t0, (count - 1) / (stamps[-1] - stamps[0]), count
-
-
+# ---- HTTP runners -----------------------------------------------------------------------------------------
 def openai_parse(line: str):
     if not line.startswith("data: ") or line == "data: [DONE]":
         return None
@@ -142,124 +147,213 @@ def ollama_parse(line: str):
     return data["message"]["content"], data.get("eval_count") if data.get("done") else None
 
 
-def measure_api(url: str, api: str, model: str, tokens: int, eos_ids: list[int]) -> dict:
-    if api == "openai":
-        body = {"model": model, "messages": MESSAGES, "max_tokens": tokens, "temperature": 0, "stream": True,
-                "stream_options": {"include_usage": True}, "ignore_eos": True}
-        args = ("POST", url + "/v1/chat/completions", body, {}, openai_parse)
-    elif api == "peer":
-        body = {"model": "default_model", "messages": MESSAGES, "max_tokens": tokens, "temperature": 0,
+class Http:
+    """One API of one server, over one kept-alive connection (as SDK clients use; a fresh connection per
+    request costs milliseconds on its own)."""
+
+    def __init__(self, url: str, api: str, model: str, eos_ids: list[int]):
+        self.client = httpx.Client(timeout=600)
+        self.url, self.api, self.model, self.eos_ids = url, api, model, eos_ids
+
+    def _request(self, msgs: list[dict], tokens: int):
+        if self.api == "openai":
+            return ("/v1/chat/completions", {
+                "model": self.model, "messages": msgs, "max_tokens": tokens, "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True}, "ignore_eos": True}, {}, openai_parse)
+        if self.api == "peer":
+            return ("/v1/chat/completions", {
+                "model": "default_model", "messages": msgs, "max_tokens": tokens, "temperature": 0,
                 "stream": True, "stream_options": {"include_usage": True},
-                "logit_bias": {str(i): -1e9 for i in eos_ids}}
-        args = ("POST", url + "/v1/chat/completions", body, {}, openai_parse)
-    elif api == "anthropic":
-        body = {"model": model, "messages": MESSAGES, "max_tokens": tokens, "stream": True, "ignore_eos": True}
-        args = ("POST", url + "/v1/messages", body, {"anthropic-version": "2023-06-01"}, anthropic_parse)
-    else:
-        body = {"model": model, "messages": MESSAGES, "stream": True,
-                "options": {"num_predict": tokens, "temperature": 0, "ignore_eos": True}}
-        args = ("POST", url + "/api/chat", body, {}, ollama_parse)
-    with httpx.Client() as client:
-        timed_stream(client, *args)  # warm-up (and, for the peer, its lazy load)
-        runs = [timed_stream(client, *args) for _ in range(REPEAT)]
-    counts = {r[2] for r in runs}
-    return {"ttft_s": statistics.median(r[0] for r in runs), "tps": statistics.median(r[1] for r in runs),
-            "tokens": sorted(counts)}
+                "logit_bias": {str(i): -1e9 for i in self.eos_ids}}, {}, openai_parse)
+        if self.api == "anthropic":
+            return ("/v1/messages", {"model": self.model, "messages": msgs, "max_tokens": tokens, "stream": True,
+                                     "ignore_eos": True}, {"anthropic-version": "2023-06-01"}, anthropic_parse)
+        return ("/api/chat", {"model": self.model, "messages": msgs, "stream": True,
+                              "options": {"num_predict": tokens, "temperature": 0, "ignore_eos": True}},
+                {}, ollama_parse)
+
+    def generate(self, msgs: list[dict], tokens: int) -> dict:
+        """Time to first token, decode tokens/s and token count, measured by the client."""
+        path, body, headers, parse = self._request(msgs, tokens)
+        stamps, count = [], 0
+        t0 = time.perf_counter()
+        with self.client.stream("POST", self.url + path, json=body, headers=headers) as r:
+            r.raise_for_status()
+            for line in r.iter_lines():
+                got = parse(line)
+                if got is None:
+                    continue
+                text, final = got
+                if text:
+                    stamps.append(time.perf_counter())
+                if final is not None:
+                    count = final
+        return timings(t0, stamps, count)
 
 
-def bench_model(size: str, models_dir: Path) -> list[dict]:
-    tag, tokens = MODELS[size]
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_up(url: str, proc: subprocess.Popen, timeout: float = 600) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {proc.stderr.read() if proc.stderr else ''}")
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def start_peer(path: Path, env: dict) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "mlx_lm", "server", "--model", str(path), "--port", str(port),
+                             "--log-level", "WARNING"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    wait_up(url + "/health", proc)
+    return proc, url
+
+
+def start_service(tag: str, models_dir: Path, env: dict) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--models-dir",
+                             str(models_dir), "--catalog-path", str(HERE / "catalog"), "--default-model", tag],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    wait_up(url + "/", proc)
+    deadline = time.time() + 600  # let the start-up preload finish (imports included)
+    while loaded(url, tag) is None:
+        if time.time() > deadline:
+            raise RuntimeError(f"{tag} was not preloaded")
+        time.sleep(0.2)
+    return proc, url
+
+
+def loaded(url: str, tag: str) -> dict | None:
+    return next((m for m in httpx.get(url + "/v1/models/loaded").json()["data"] if m["id"] == tag), None)
+
+
+# ---- one model --------------------------------------------------------------------------------------------
+def bench_model(size: str, models_dir: Path, rounds: int) -> list[dict]:
+    tag, tokens, default_rounds = MODELS[size]
+    rounds = rounds or default_rounds
+    from transformers import AutoTokenizer
+
     from service.locate import generated_dir
 
     _, path = build(tag, lambda entry: generated_dir(models_dir, entry))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, __file__, "--raw", str(path), str(tokens)], capture_output=True,
-                          text=True, env=env, check=True)
-    base = json.loads(proc.stdout.strip().splitlines()[-1])
-    rows = [{"model": size, "runner": "raw mlx_lm.stream_generate", **base, "tokens": [tokens]}]
-    from transformers import AutoTokenizer
-
     eos_ids = [AutoTokenizer.from_pretrained(str(path)).convert_tokens_to_ids("<|im_end|>")]
-
-    port = free_port()
-    peer = subprocess.Popen([sys.executable, "-m", "mlx_lm", "server", "--model", str(path), "--port", str(port),
-                             "--log-level", "WARNING"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    raw = Raw(path, env)
+    procs = []
     try:
-        wait_up(f"http://127.0.0.1:{port}/health", peer)
-        rows.append({"model": size, "runner": "mlx_lm.server", **measure_api(
-            f"http://127.0.0.1:{port}", "peer", tag, tokens, eos_ids), "rss": rss_peak(peer.pid)})
-    finally:
-        peer.terminate()
-        peer.wait()
-
-    port = free_port()
-    ours = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--models-dir",
-                             str(models_dir), "--catalog-path", str(HERE / "catalog"), "--default-model", tag],
-                            env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_up(url + "/", ours)
-        deadline = time.time() + 600  # let the start-up preload finish (imports included), then time a reload
-        while tag not in [m["id"] for m in httpx.get(url + "/v1/models/loaded").json()["data"]]:
-            if time.time() > deadline:
-                raise RuntimeError(f"{tag} was not preloaded")
-            time.sleep(0.2)
-        loads = []
-        with httpx.Client(timeout=600) as client:
-            for _ in range(REPEAT):
-                client.post(url + f"/v1/models/{tag}/unload")
-                t0 = time.perf_counter()
-                client.post(url + f"/v1/models/{tag}/load").raise_for_status()
-                loads.append(time.perf_counter() - t0)
-        load = statistics.median(loads)
-        for api in ("openai", "anthropic", "ollama"):
-            row = {"model": size, "runner": f"mlx-service ({api})", **measure_api(url, api, tag, tokens, eos_ids)}
-            row["load_s"] = load if api == "openai" else None
-            rows.append(row)
-        for row in rows[-3:]:
+        peer, peer_url = start_peer(path, env)
+        procs.append(peer)
+        ours, url = start_service(tag, models_dir, env)
+        procs.append(ours)
+        runners = {"raw mlx_lm.stream_generate": raw, "mlx_lm.server": Http(peer_url, "peer", tag, eos_ids)}
+        runners |= {f"mlx-service ({api})": Http(url, api, tag, eos_ids) for api in ("openai", "anthropic", "ollama")}
+        names = list(runners)
+        for runner in runners.values():  # warm-up (and, for the peer, its lazy load)
+            runner.generate(messages(-1), tokens)
+        runs: dict[str, list[dict]] = {name: [] for name in names}
+        for r in range(rounds):
+            order = names[r % len(names):] + names[:r % len(names)]
+            for name in order:
+                runs[name].append(runners[name].generate(messages(r), tokens))
+            print(f"  {size} round {r + 1}/{rounds}: " + ", ".join(
+                f"{name.split()[-1]} {runs[name][-1]['tps']:.1f}" for name in names), file=sys.stderr)
+        loads = measure_loads(raw, url, tag)
+        rows = []
+        for name in names:
+            base, mine = runs[names[0]], runs[name]
+            rows.append({
+                "model": size, "runner": name, "tokens": sorted({m["tokens"] for m in mine}),
+                "tps": statistics.median(m["tps"] for m in mine),
+                "tps_ratio": round(statistics.median(m["tps"] / b["tps"] for m, b in zip(mine, base)), 3),
+                "ttft_s": statistics.median(m["ttft_s"] for m in mine),
+                "ttft_delta_ms": round(statistics.median((m["ttft_s"] - b["ttft_s"]) * 1e3
+                                                         for m, b in zip(mine, base)), 2)})
+        rows[0]["rss"] = raw.call(op="rss")["rss"]
+        rows[1]["rss"] = rss_peak(peer.pid)
+        for row in rows[2:]:
             row["rss"] = rss_peak(ours.pid)
+        rows[0].update(load_s=statistics.median(loads["raw"]), load_ratio=1.0)
+        rows[2].update(load_s=statistics.median(loads["http"]),
+                       load_ratio=round(statistics.median(h / b for h, b in zip(loads["http"], loads["raw"])), 3),
+                       load_server_s=statistics.median(loads["server"]),
+                       load_server_ratio=round(statistics.median(
+                           s / b for s, b in zip(loads["server"], loads["raw"])), 3))
+        for row in rows:
+            row["rss_ratio"] = round(row["rss"] / rows[0]["rss"], 2)
+        return rows
     finally:
-        ours.terminate()
-        ours.wait()
-    for row in rows:
-        row["tps_ratio"] = round(row["tps"] / base["tps"], 3)
-        row["ttft_delta_ms"] = round((row["ttft_s"] - base["ttft_s"]) * 1e3, 2)
-        row["rss_ratio"] = round(row["rss"] / base["rss"], 2)
-        row["load_ratio"] = round(row["load_s"] / base["load_s"], 3) if row.get("load_s") else None
-    return rows
+        raw.close()
+        for proc in procs:
+            proc.terminate()
+            proc.wait()
+
+
+def measure_loads(raw: Raw, url: str, tag: str) -> dict[str, list[float]]:
+    """Reload timings, interleaved: mlx_lm.load in the raw process; the service's load as the HTTP client sees
+    it and as the server measured it (the same load, without the request's round trip)."""
+    out = {"raw": [], "http": [], "server": []}
+    with httpx.Client(timeout=600) as client:
+        for _ in range(LOAD_ROUNDS):
+            out["raw"].append(raw.call(op="load")["load_s"])
+            client.post(url + f"/v1/models/{tag}/unload").raise_for_status()
+            t0 = time.perf_counter()
+            client.post(url + f"/v1/models/{tag}/load").raise_for_status()
+            out["http"].append(time.perf_counter() - t0)
+            out["server"].append(loaded(url, tag)["load_seconds"])
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--raw", nargs=2, metavar=("PATH", "TOKENS"))
+    parser.add_argument("--raw", metavar="PATH", help=argparse.SUPPRESS)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--rounds", type=int, default=0, help="measured rounds per model (default: per model)")
     args = parser.parse_args()
     if args.raw:
-        print(json.dumps(raw(args.raw[0], int(args.raw[1]))))
+        raw_main(args.raw)
         return
     models_dir = RESULTS / "serve-models"
-    rows = [row for size in args.models for row in bench_model(size, models_dir)]
+    rows = [row for size in args.models for row in bench_model(size, models_dir, args.rounds)]
+
+    def ms(seconds):
+        return round(seconds * 1e3, 1) if seconds is not None else ""
+
     shown = [{**r, "tps": round(r["tps"], 1), "ttft_ms": round(r["ttft_s"] * 1e3, 2),
-              "rss_MiB": round(r["rss"] / 2**20), "load_ms": round(r["load_s"] * 1e3, 1) if r.get("load_s") else ""}
+              "rss_MiB": round(r["rss"] / 2**20), "load_ms": ms(r.get("load_s")),
+              "server_load_ms": ms(r.get("load_server_s")),
+              "load_ratio": r.get("load_ratio", ""), "server_load_ratio": r.get("load_server_ratio", "")}
              for r in rows]
     columns = ["model", "runner", "tps", "tps_ratio", "ttft_ms", "ttft_delta_ms", "rss_MiB", "rss_ratio", "load_ms",
-               "load_ratio"]
+               "load_ratio", "server_load_ms", "server_load_ratio"]
     text = table(shown, columns)
     print(text)
     path = write("serve", {"rows": rows})
     print(f"\nwrote {path.relative_to(ROOT)}")
+    update_readme(text)
+
+
+def update_readme(text: str) -> None:
+    """Replace this benchmark's section of bench/README.md, keeping the others and the notes under its table."""
     readme = HERE / "README.md"
     m = machine()
-    section = (f"## bench/serve.py ({m['date']}, {m['machine']}, {m['cpus']} CPUs, {m['platform']})\n\n"
-               f"```\n{text}\n```\n")
-    old = readme.read_text() if readme.exists() else "# Benchmarks\n\n"
     marker = "## bench/serve.py"
-    head = old.split(marker)[0].rstrip() + "\n\n"
-    tail = old.split(marker, 1)[1].split("\n## ", 1)[1] if marker in old and "\n## " in old.split(marker, 1)[1] else ""
-    readme.write_text(head + section + (("\n## " + tail) if tail else ""))
-
+    section = f"{marker} ({m['date']}, {m['machine']}, {m['cpus']} CPUs, {m['platform']})\n\n```\n{text}\n```\n"
+    old = readme.read_text() if readme.exists() else "# Benchmarks\n\n"
+    head, _, rest = old.partition(marker)
+    after = rest.split("```", 2)[2].lstrip("\n") if rest.count("```") >= 2 else ""  # notes, later sections
+    readme.write_text(head.rstrip() + "\n\n" + section + ("\n" + after if after else ""))
 
 if __name__ == "__main__":
     main()

@@ -57,6 +57,7 @@ class Served:
     target: Target
     handle: engine_model.ModelHandle
     keep_alive: float
+    load_seconds: float = 0.0  # how long the load itself took (Ollama's load_duration)
     loaded_at: float = field(default_factory=time.time)
     last_used: float = field(default_factory=time.monotonic)
     expires_at: float = math.inf
@@ -142,8 +143,12 @@ class ModelManager:
             served = self.models.get(found.tag)
         return served
 
+    def is_loaded(self, name: str) -> bool:
+        return self._loaded(name) is not None
+
     async def load(self, name: str, keep_alive: float | None = None) -> Served:
         served = self._loaded(name)
+        started = time.perf_counter()
         if served is None:
             target = self.resolve(name)
             served = self.models.get(target.name)
@@ -156,7 +161,7 @@ class ModelManager:
             pending = asyncio.get_running_loop().create_future()
             self._loading[target.name] = pending
             try:
-                served = await self._load(target, keep_alive)
+                served = await self._load(target, keep_alive, started)
                 pending.set_result(served)
             except BaseException as exc:
                 pending.set_exception(exc)
@@ -167,7 +172,9 @@ class ModelManager:
             return served
         return await asyncio.shield(pending)
 
-    async def _load(self, target: Target, keep_alive: float | None) -> Served:
+    async def _load(self, target: Target, keep_alive: float | None, started: float) -> Served:
+        """`started`: when the request for it arrived, so that the load time reported covers resolving the name,
+        making room and building a generated checkpoint too."""
         budget = self.settings.max_memory_gb * GiB
         if target.estimate_bytes > budget:
             raise MemoryBudgetExceeded(
@@ -187,7 +194,6 @@ class ModelManager:
             raise ModelNotDownloaded(f"model {target.name!r} is not downloaded: pull it first "
                                      f"(`mlx-service pull {target.name}` or POST /api/pull)")
         cache_entries = self.settings.cache_max_entries if self.settings.enable_prefix_cache else 0
-        started = time.perf_counter()
         try:
             handle = await self.worker.run(lambda: engine_model.load(
                 target.name, path,
@@ -200,11 +206,12 @@ class ModelManager:
         except Exception as exc:
             log.warning("loading %s failed: %s", target.name, exc)
             raise LoadFailed(f"loading {target.name} from {path} failed: {type(exc).__name__}: {exc}") from None
-        served = Served(target, handle, self.default_keep_alive if keep_alive is None else keep_alive)
+        took = time.perf_counter() - started
+        served = Served(target, handle, self.default_keep_alive if keep_alive is None else keep_alive, took)
         served.expires_at = time.monotonic() + served.keep_alive
         self.models[target.name] = served
         self.loads += 1
-        log.info("loaded %s in %.2f s (%d MiB)", target.name, time.perf_counter() - started,
+        log.info("loaded %s in %.2f s (%d MiB)", target.name, took,
                  handle.active_bytes // 2**20)
         return served
 

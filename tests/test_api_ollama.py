@@ -24,6 +24,17 @@ def test_chat_stream_and_final_line(client):
     assert whole.message.content == "".join(p.message.content for p in parts)
 
 
+def test_load_duration_is_the_load_only(client, server):
+    client.generate(model="tiny", prompt="", keep_alive=0)  # unloads
+    first = client.generate(model="tiny", prompt="once", options={"num_predict": 2})
+    loaded = httpx.get(server.url + "/v1/models/loaded").json()["data"]
+    seconds = next(m["load_seconds"] for m in loaded if m["id"] == "tiny:s-f32")
+    assert first.load_duration == pytest.approx(seconds * 1e9, abs=1e5) and first.load_duration > 0
+    assert first.total_duration >= first.load_duration + first.prompt_eval_duration + first.eval_duration
+    again = client.generate(model="tiny", prompt="once", options={"num_predict": 2})
+    assert again.load_duration == 0
+
+
 def test_generate(client):
     r = client.generate(model="tiny", prompt="once", options={"num_predict": 4, "temperature": 0})
     assert r.done and r.eval_count == 4 and r.done_reason == "length"

@@ -85,18 +85,19 @@ async def messages(request: Request):
     async def events():
         start = {"id": mid, "type": "message", "role": "assistant", "content": [], "model": model,
                  "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
-        yield _sse("message_start", {"type": "message_start", "message": start})
-        yield _sse("content_block_start", {"type": "content_block_start", "index": 0,
-                                           "content_block": {"type": "text", "text": ""}})
+        head = (_sse("message_start", {"type": "message_start", "message": start})  # goes out with the first text
+                + _sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                               "content_block": {"type": "text", "text": ""}}))
         try:
             async for piece in gen.deltas():
-                yield _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                                   "delta": {"type": "text_delta", "text": piece}})
+                yield head + _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                          "delta": {"type": "text_delta", "text": piece}})
+                head = ""
         except ServiceError as exc:
-            yield _sse("error", error_body(ANTHROPIC, exc, mid))
+            yield head + _sse("error", error_body(ANTHROPIC, exc, mid))
             return
         c = gen.completion
-        yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+        yield head + _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
         yield _sse("message_delta", {"type": "message_delta",
                                      "delta": {"stop_reason": STOP_REASON[c.finish_reason],
                                                "stop_sequence": c.stop_sequence},

@@ -91,10 +91,9 @@ async def _generate(request: Request, body: _Base, req: GenerationRequest, chat:
     from .stream import Generation
 
     manager = request.app.state.manager
-    started = time.perf_counter()
-    loaded_before = req.model in manager.models
+    loaded_before = manager.is_loaded(req.model)
     gen = await Generation.start(manager, req)
-    load_ns = 0 if loaded_before else int((time.perf_counter() - started) * 1e9)
+    load_ns = 0 if loaded_before else int(gen.served.load_seconds * 1e9)
     name = body.model or body.name
 
     def line(text: str, done: bool = False, extra: dict | None = None) -> dict:

@@ -101,17 +101,17 @@ async def _run(request: Request, req: GenerationRequest, stream: bool, include_u
                              "system_fingerprint": None, "choices": [out], "usage": _usage(c)})
 
     async def events():
+        head = _sse(chunk([choice("", None, first=True)])) if chat else ""  # goes out with the first text
         try:
-            if chat:
-                yield _sse(chunk([choice("", None, first=True)]))
             async for piece in gen.deltas():
-                yield _sse(chunk([choice(piece, None)]))
+                yield head + _sse(chunk([choice(piece, None)]))
+                head = ""
             c = gen.completion
-            yield _sse(chunk([choice(None, FINISH[c.finish_reason])]))
+            yield head + _sse(chunk([choice(None, FINISH[c.finish_reason])]))
             if include_usage:
                 yield _sse(chunk([], _usage(c)))
         except ServiceError as exc:  # after the 200: the error travels in the stream
-            yield _sse(error_body(OPENAI, exc, rid))
+            yield head + _sse(error_body(OPENAI, exc, rid))
         yield _sse("[DONE]")
 
     return StreamingResponse(events(), media_type="text/event-stream",
@@ -173,6 +173,7 @@ async def loaded_models(request: Request):
     return {"object": "list", "data": [
         _model_object(s.name, int(s.loaded_at), {"active_requests": s.active, "waiting_requests": s.waiting,
                                                  "memory_bytes": s.handle.active_bytes if s.handle else 0,
+                                                 "load_seconds": round(s.load_seconds, 4),
                                                  "estimate_bytes": s.target.estimate_bytes})
         for s in manager.models.values()]}
 

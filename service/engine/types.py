@@ -42,7 +42,6 @@ class Completion:
     completion_tokens: int
     stop_sequence: str | None = None
     cached_tokens: int = 0
-    load_seconds: float = 0.0
     prompt_seconds: float = 0.0
     decode_seconds: float = 0.0
     total_seconds: float = 0.0
