@@ -2,10 +2,13 @@
 and MLX Service through its OpenAI, Anthropic and Ollama APIs - same generated models, greedy, same prompt,
 same number of tokens (end-of-sequence is banned everywhere, so every run decodes exactly N tokens).
 
-All runners stay up for the whole run and are measured in interleaved rounds (the order rotates each round);
-every ratio is the median of per-round ratios against the raw run of the same round. On a small, shared
-machine the speed drifts by tens of percent over a minute, and pairing the runs cancels that drift. Each round
-uses a new prompt, so no runner gets a prefix-cache hit and time to first token compares the same work.
+All runners stay up for the whole run and are measured in interleaved rounds, in a new random order each
+round (so no runner always follows the one whose threads are still winding down); every ratio is the median
+of per-round ratios against the raw run of the same round, with a 95% bootstrap interval. On a small, shared
+machine the speed drifts by tens of percent over a minute, and pairing the runs cancels part of that. Every
+request gets its own prompt of the same token length, so no server answers from its prefix cache what raw has
+to compute. Time to first token is measured on one-token requests: with random weights, how many tokens pass
+before the first printable text is luck of the prompt, and one token makes every runner do the same work.
 
 Reports decode tokens/s, time to first token (loaded model) and peak RSS, each against raw, plus load time
 against mlx_lm.load (as the client sees it over HTTP and as the server measured it). Targets: >= 0.90 of raw
@@ -19,6 +22,7 @@ import argparse
 import gc
 import json
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -36,13 +40,25 @@ sys.path.insert(0, str(HERE))
 from _report import RESULTS, build, machine, table, write  # noqa: E402
 
 # tag, tokens decoded per run, measured rounds
-MODELS = {"tiny": ("bench-serve:tiny-f32", 512, 9), "0.5b": ("bench-serve:0.5b-f32", 40, 4)}
-LOAD_ROUNDS = 5
+MODELS = {"tiny": ("bench-serve:tiny-f32", 128, 48), "0.5b": ("bench-serve:0.5b-f32", 24, 10)}
+LOAD_ROUNDS = 7
 
 
-def messages(round_: int) -> list[dict]:
-    return [{"role": "user", "content": f"Story number {round_}: write a short story about a cat who learns "
-                                        "to read."}]
+def prompts(tokenizer, count: int) -> list[list[dict]]:
+    """`count` different chats that are the same number of tokens long: every request gets its own, so no
+    server serves one from its prefix cache while raw cannot, and every runner prefills the same amount."""
+    def chat(k: int) -> list[dict]:
+        return [{"role": "user", "content": f"{k}. Write a short story about a cat who learns to read."}]
+
+    def length(k: int) -> int:
+        return len(tokenizer.apply_chat_template(chat(k), add_generation_prompt=True, tokenize=True))
+
+    want, out, k = length(100), [], 100
+    while len(out) < count:
+        if length(k) == want:
+            out.append(chat(k))
+        k += 1
+    return out
 
 
 def rss_peak(pid: int | None = None) -> int:
@@ -54,7 +70,8 @@ def timings(t0: float, stamps: list[float], count: int) -> dict:
     """The same arithmetic for every runner. `stamps`: when each piece of text became visible. A streaming
     detokenizer shows a token's text only once it is whole (often a few tokens later), so time to first token
     is time to first text, and decode speed is counted between the first and the last text."""
-    return {"ttft_s": stamps[0] - t0, "tps": (count - 1) / (stamps[-1] - stamps[0]), "tokens": count}
+    tps = (count - 1) / (stamps[-1] - stamps[0]) if len(stamps) > 1 else None
+    return {"ttft_s": stamps[0] - t0, "tps": tps, "tokens": count}
 
 
 # ---- raw: a child process that answers one JSON command per line ------------------------------------------
@@ -248,7 +265,8 @@ def bench_model(size: str, models_dir: Path, rounds: int) -> list[dict]:
     from service.locate import generated_dir
 
     _, path = build(tag, lambda entry: generated_dir(models_dir, entry))
-    eos_ids = [AutoTokenizer.from_pretrained(str(path)).convert_tokens_to_ids("<|im_end|>")]
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    eos_ids = [tokenizer.convert_tokens_to_ids("<|im_end|>")]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     raw = Raw(path, env)
     procs = []
@@ -260,31 +278,36 @@ def bench_model(size: str, models_dir: Path, rounds: int) -> list[dict]:
         runners = {"raw mlx_lm.stream_generate": raw, "mlx_lm.server": Http(peer_url, "peer", tag, eos_ids)}
         runners |= {f"mlx-service ({api})": Http(url, api, tag, eos_ids) for api in ("openai", "anthropic", "ollama")}
         names = list(runners)
+        chats = iter(prompts(tokenizer, 2 * len(names) * (rounds + 1)))
         for runner in runners.values():  # warm-up (and, for the peer, its lazy load)
-            runner.generate(messages(-1), tokens)
+            runner.generate(next(chats), tokens)
+            runner.generate(next(chats), 1)
         runs: dict[str, list[dict]] = {name: [] for name in names}
+        shuffle = random.Random(0).shuffle
         for r in range(rounds):
-            order = names[r % len(names):] + names[:r % len(names)]
+            order = list(names)
+            shuffle(order)
             for name in order:
-                runs[name].append(runners[name].generate(messages(r), tokens))
+                first = runners[name].generate(next(chats), 1)
+                runs[name].append({**runners[name].generate(next(chats), tokens), "ttft_s": first["ttft_s"]})
             print(f"  {size} round {r + 1}/{rounds}: " + ", ".join(
                 f"{name.split()[-1]} {runs[name][-1]['tps']:.1f}" for name in names), file=sys.stderr)
         loads = measure_loads(raw, url, tag)
         rows = []
         for name in names:
             base, mine = runs[names[0]], runs[name]
+            ratios = [m["tps"] / b["tps"] for m, b in zip(mine, base)]
+            deltas = [(m["ttft_s"] - b["ttft_s"]) * 1e3 for m, b in zip(mine, base)]
             rows.append({
-                "model": size, "runner": name, "tokens": sorted({m["tokens"] for m in mine}),
-                "tps": statistics.median(m["tps"] for m in mine),
-                "tps_ratio": round(statistics.median(m["tps"] / b["tps"] for m, b in zip(mine, base)), 3),
-                "ttft_s": statistics.median(m["ttft_s"] for m in mine),
-                "ttft_delta_ms": round(statistics.median((m["ttft_s"] - b["ttft_s"]) * 1e3
-                                                         for m, b in zip(mine, base)), 2)})
+                "model": size, "runner": name, "tokens": sorted({m["tokens"] for m in mine}), "runs": mine,
+                "tps": statistics.median(m["tps"] for m in mine), "tps_ratio": round(statistics.median(ratios), 3),
+                "tps_ratio_ci": interval(ratios, 3), "ttft_s": statistics.median(m["ttft_s"] for m in mine),
+                "ttft_delta_ms": round(statistics.median(deltas), 2), "ttft_delta_ms_ci": interval(deltas, 1)})
         rows[0]["rss"] = raw.call(op="rss")["rss"]
         rows[1]["rss"] = rss_peak(peer.pid)
         for row in rows[2:]:
             row["rss"] = rss_peak(ours.pid)
-        rows[0].update(load_s=statistics.median(loads["raw"]), load_ratio=1.0)
+        rows[0].update(load_s=statistics.median(loads["raw"]), load_ratio=1.0, loads=loads)
         rows[2].update(load_s=statistics.median(loads["http"]),
                        load_ratio=round(statistics.median(h / b for h, b in zip(loads["http"], loads["raw"])), 3),
                        load_server_s=statistics.median(loads["server"]),
@@ -300,18 +323,32 @@ def bench_model(size: str, models_dir: Path, rounds: int) -> list[dict]:
             proc.wait()
 
 
+def interval(values: list[float], digits: int) -> list[float]:
+    """95% bootstrap interval of the median: how far this run's noise could have moved it."""
+    pick, n = random.Random(1).choices, len(values)
+    medians = sorted(statistics.median(pick(values, k=n)) for _ in range(2000))
+    return [round(medians[50], digits), round(medians[1949], digits)]
+
+
 def measure_loads(raw: Raw, url: str, tag: str) -> dict[str, list[float]]:
     """Reload timings, interleaved: mlx_lm.load in the raw process; the service's load as the HTTP client sees
     it and as the server measured it (the same load, without the request's round trip)."""
     out = {"raw": [], "http": [], "server": []}
+
+    def ours(client: httpx.Client) -> None:
+        client.post(url + f"/v1/models/{tag}/unload").raise_for_status()
+        t0 = time.perf_counter()
+        client.post(url + f"/v1/models/{tag}/load").raise_for_status()
+        out["http"].append(time.perf_counter() - t0)
+        out["server"].append(loaded(url, tag)["load_seconds"])
+
     with httpx.Client(timeout=600) as client:
-        for _ in range(LOAD_ROUNDS):
+        for r in range(LOAD_ROUNDS):  # alternate who goes first
+            if r % 2:
+                ours(client)
             out["raw"].append(raw.call(op="load")["load_s"])
-            client.post(url + f"/v1/models/{tag}/unload").raise_for_status()
-            t0 = time.perf_counter()
-            client.post(url + f"/v1/models/{tag}/load").raise_for_status()
-            out["http"].append(time.perf_counter() - t0)
-            out["server"].append(loaded(url, tag)["load_seconds"])
+            if not r % 2:
+                ours(client)
     return out
 
 
@@ -330,7 +367,11 @@ def main() -> None:
     def ms(seconds):
         return round(seconds * 1e3, 1) if seconds is not None else ""
 
-    shown = [{**r, "tps": round(r["tps"], 1), "ttft_ms": round(r["ttft_s"] * 1e3, 2),
+    def ci(row, key):
+        return f"{row[key]} [{row[key + '_ci'][0]}, {row[key + '_ci'][1]}]" if key + "_ci" in row else row[key]
+
+    shown = [{**r, "tps": round(r["tps"], 1 if r["tps"] >= 100 else 2), "tps_ratio": ci(r, "tps_ratio"),
+              "ttft_delta_ms": ci(r, "ttft_delta_ms"), "ttft_ms": round(r["ttft_s"] * 1e3, 2),
               "rss_MiB": round(r["rss"] / 2**20), "load_ms": ms(r.get("load_s")),
               "server_load_ms": ms(r.get("load_server_s")),
               "load_ratio": r.get("load_ratio", ""), "server_load_ratio": r.get("load_server_ratio", "")}

@@ -21,9 +21,10 @@ from ..manager import ModelManager, Served
 class _Pipe:
     """Text pieces from the MLX thread to the event loop.
 
-    After the first piece, pieces are handed out at most every `interval` seconds: a fast model then sends a
-    few tokens per chunk instead of one, which costs the client nothing visible and saves the encoding and
-    system calls that would otherwise compete with decoding for the CPU.
+    After the first piece, pieces are handed out at most every `interval` seconds (one display frame): a fast
+    model then sends a few tokens per chunk instead of one, which no reader can see and which saves the
+    encoding, system calls and thread wake-ups that would otherwise compete with decoding for the CPU. The MLX
+    thread wakes the loop only when the loop is actually waiting for text, never during its pause.
 
     The first piece gets the GIL to itself: the MLX thread waits (at most `handoff` seconds) until the event
     loop has sent it and asks for more. Otherwise the loop's work for the response head and the first chunk
@@ -31,7 +32,7 @@ class _Pipe:
     time to first token would grow by a millisecond or two for a gain of a fraction of one token.
     """
 
-    interval = 0.008
+    interval = 1 / 60
     handoff = 0.01
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
@@ -39,19 +40,22 @@ class _Pipe:
         self._last = 0.0
         self._lock = threading.Lock()
         self._pieces: list[str] = []
+        self._waiting = False  # the loop is parked on `_ready` and must be woken for new text
         self._ready = asyncio.Event()
         self._first_sent = threading.Event()
-        self._gets = 0
+        self._put_any = False  # MLX thread only
+        self._gets = 0  # event loop only
         self.closed = False
 
     def put(self, text: str) -> None:  # MLX thread
         with self._lock:
             self._pieces.append(text)
-            wake = len(self._pieces) == 1
+            wake, self._waiting = self._waiting, False
         if wake:
             self._loop.call_soon_threadsafe(self._ready.set)
-            if not self._first_sent.is_set():
-                self._first_sent.wait(self.handoff)
+        if not self._put_any:
+            self._put_any = True
+            self._first_sent.wait(self.handoff)
 
     def close(self) -> None:  # event loop, once the generation has finished
         self.closed = True
@@ -68,16 +72,16 @@ class _Pipe:
             await asyncio.sleep(wait)
         self._last = self._loop.time()
         while True:
-            await self._ready.wait()
             with self._lock:
                 pieces, self._pieces = self._pieces, []
-                self._ready.clear()
-                if self.closed:
-                    self._ready.set()  # stay readable: the next call returns None
+                if not pieces and not self.closed:
+                    self._ready.clear()
+                    self._waiting = True
             if pieces:
                 return "".join(pieces)
             if self.closed:
                 return None
+            await self._ready.wait()
 
 
 class Generation:
