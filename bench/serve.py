@@ -39,9 +39,8 @@ sys.path.insert(0, str(HERE))
 
 from _report import RESULTS, build, machine, table, write  # noqa: E402
 
-# tag, tokens decoded per run, measured rounds
-MODELS = {"tiny": ("bench-serve:tiny-f32", 128, 48), "0.5b": ("bench-serve:0.5b-f32", 24, 10)}
-LOAD_ROUNDS = 7
+# tag, tokens decoded per run, measured rounds, load rounds
+MODELS = {"tiny": ("bench-serve:tiny-f32", 128, 48, 25), "0.5b": ("bench-serve:0.5b-f32", 24, 10, 5)}
 
 
 def prompts(tokenizer, count: int) -> list[list[dict]]:
@@ -258,7 +257,7 @@ def loaded(url: str, tag: str) -> dict | None:
 
 # ---- one model --------------------------------------------------------------------------------------------
 def bench_model(size: str, models_dir: Path, rounds: int) -> list[dict]:
-    tag, tokens, default_rounds = MODELS[size]
+    tag, tokens, default_rounds, load_rounds = MODELS[size]
     rounds = rounds or default_rounds
     from transformers import AutoTokenizer
 
@@ -292,7 +291,7 @@ def bench_model(size: str, models_dir: Path, rounds: int) -> list[dict]:
                 runs[name].append({**runners[name].generate(next(chats), tokens), "ttft_s": first["ttft_s"]})
             print(f"  {size} round {r + 1}/{rounds}: " + ", ".join(
                 f"{name.split()[-1]} {runs[name][-1]['tps']:.1f}" for name in names), file=sys.stderr)
-        loads = measure_loads(raw, url, tag)
+        loads = measure_loads(raw, url, tag, load_rounds)
         rows = []
         for name in names:
             base, mine = runs[names[0]], runs[name]
@@ -308,11 +307,12 @@ def bench_model(size: str, models_dir: Path, rounds: int) -> list[dict]:
         for row in rows[2:]:
             row["rss"] = rss_peak(ours.pid)
         rows[0].update(load_s=statistics.median(loads["raw"]), load_ratio=1.0, loads=loads)
+        server = [s / b for s, b in zip(loads["server"], loads["raw"])]
         rows[2].update(load_s=statistics.median(loads["http"]),
                        load_ratio=round(statistics.median(h / b for h, b in zip(loads["http"], loads["raw"])), 3),
                        load_server_s=statistics.median(loads["server"]),
-                       load_server_ratio=round(statistics.median(
-                           s / b for s, b in zip(loads["server"], loads["raw"])), 3))
+                       load_server_ratio=round(statistics.median(server), 3),
+                       load_server_ratio_ci=interval(server, 3))
         for row in rows:
             row["rss_ratio"] = round(row["rss"] / rows[0]["rss"], 2)
         return rows
@@ -330,7 +330,7 @@ def interval(values: list[float], digits: int) -> list[float]:
     return [round(medians[50], digits), round(medians[1949], digits)]
 
 
-def measure_loads(raw: Raw, url: str, tag: str) -> dict[str, list[float]]:
+def measure_loads(raw: Raw, url: str, tag: str, rounds: int) -> dict[str, list[float]]:
     """Reload timings, interleaved: mlx_lm.load in the raw process; the service's load as the HTTP client sees
     it and as the server measured it (the same load, without the request's round trip)."""
     out = {"raw": [], "http": [], "server": []}
@@ -343,7 +343,7 @@ def measure_loads(raw: Raw, url: str, tag: str) -> dict[str, list[float]]:
         out["server"].append(loaded(url, tag)["load_seconds"])
 
     with httpx.Client(timeout=600) as client:
-        for r in range(LOAD_ROUNDS):  # alternate who goes first
+        for r in range(rounds):  # alternate who goes first
             if r % 2:
                 ours(client)
             out["raw"].append(raw.call(op="load")["load_s"])
@@ -374,7 +374,8 @@ def main() -> None:
               "ttft_delta_ms": ci(r, "ttft_delta_ms"), "ttft_ms": round(r["ttft_s"] * 1e3, 2),
               "rss_MiB": round(r["rss"] / 2**20), "load_ms": ms(r.get("load_s")),
               "server_load_ms": ms(r.get("load_server_s")),
-              "load_ratio": r.get("load_ratio", ""), "server_load_ratio": r.get("load_server_ratio", "")}
+              "load_ratio": r.get("load_ratio", ""),
+              "server_load_ratio": ci(r, "load_server_ratio") if "load_server_ratio" in r else ""}
              for r in rows]
     columns = ["model", "runner", "tps", "tps_ratio", "ttft_ms", "ttft_delta_ms", "rss_MiB", "rss_ratio", "load_ms",
                "load_ratio", "server_load_ms", "server_load_ratio"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from .catalog import Entry, UncatalogedRepo
@@ -26,9 +27,15 @@ def inside(root: Path, *parts: str) -> Path:
     if not _SAFE.match(joined) or ".." in joined.split("/"):
         raise BadRequest(f"invalid model name {joined!r}: letters, digits, '.', '_', '-' and one '/' only")
     path = (root / joined).resolve()
-    if not path.is_relative_to(root.resolve()):
+    if not path.is_relative_to(_resolved(root)):
         raise BadRequest(f"invalid model name {joined!r}")
     return path
+
+
+@lru_cache(maxsize=8)
+def _resolved(root: Path) -> Path:
+    """MODELS_DIR itself is resolved once (it is on every request's path); names under it always are."""
+    return root.resolve()
 
 
 def is_complete(folder: Path) -> bool:
