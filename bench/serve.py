@@ -50,7 +50,8 @@ def prompts(tokenizer, count: int) -> list[list[dict]]:
         return [{"role": "user", "content": f"{k}. Write a short story about a cat who learns to read."}]
 
     def length(k: int) -> int:
-        return len(tokenizer.apply_chat_template(chat(k), add_generation_prompt=True, tokenize=True))
+        text = tokenizer.apply_chat_template(chat(k), add_generation_prompt=True, tokenize=False)
+        return len(tokenizer.encode(text, add_special_tokens=False))
 
     want, out, k = length(100), [], 100
     while len(out) < count:

@@ -35,12 +35,20 @@ def prompt_tokens(handle: ModelHandle, req: GenerationRequest) -> list[int]:
 
 
 def _prefix(handle: ModelHandle, tokens: list[int]):
-    """(cache, tokens still to process) - reusing the longest cached prefix when prefix caching is on."""
+    """(cache, tokens still to process) - reusing the longest cached prefix when prefix caching is on.
+
+    A cached prefix is used only when it covers at least half of the prompt. Taking one costs a copy of the
+    cached entry, while recomputing a small share of a prompt costs almost nothing: a short prefill reads every
+    weight once however many tokens it holds. (Measured on the 0.5B benchmark model: reusing the 7 tokens of
+    chat-template header that two different questions share made the first token 126 ms later, not sooner.)
+    """
     from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
     cache, rest = None, tokens
     if handle.prompt_cache is not None:
         cache, rest = handle.prompt_cache.fetch_nearest_cache(handle.key, tokens)
+        if cache is not None and 2 * (len(tokens) - len(rest)) < len(tokens):
+            cache, rest = None, tokens
     if cache is not None and not rest:  # exact hit: recompute the last token to get its logits
         if can_trim_prompt_cache(cache):
             trim_prompt_cache(cache, 1)
