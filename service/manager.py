@@ -57,7 +57,7 @@ class Served:
     target: Target
     handle: engine_model.ModelHandle
     keep_alive: float
-    load_seconds: float = 0.0  # how long the load itself took (Ollama's load_duration)
+    load_seconds: float = 0.0  # from the request to a loaded model (Ollama's load_duration)
     loaded_at: float = field(default_factory=time.time)
     last_used: float = field(default_factory=time.monotonic)
     expires_at: float = math.inf
