@@ -1,5 +1,5 @@
-"""The pipe that carries text from the MLX thread to the event loop: batching, wake-ups and the first-piece
-handoff, driven by a real thread against a real event loop."""
+"""The pipe that carries text from the MLX thread to the event loop (batching, wake-ups, the first-piece
+handoff), driven by a real thread against a real event loop; and the preamble coalescing of the streams."""
 
 from __future__ import annotations
 
@@ -71,3 +71,17 @@ def test_text_put_while_the_loop_is_busy_wakes_nobody_and_comes_as_one_chunk():
         assert await pipe.get() is None
 
     asyncio.run(main())
+
+
+def test_preambles_leave_with_the_next_item():
+    from service.api.stream import Preamble, coalesced
+
+    async def events(*items):
+        for item in items:
+            yield item
+
+    async def collect(*items):
+        return [x async for x in coalesced(events(*items))]
+
+    assert asyncio.run(collect(Preamble("a"), Preamble("b"), "c", "d")) == ["abc", "d"]
+    assert asyncio.run(collect(Preamble("a"))) == ["a"]  # nothing followed: still sent

@@ -13,7 +13,7 @@ from ..engine.types import GenerationRequest, Message, Sampling
 from ..errors import BadRequest, ServiceError
 from .common import keep_alive, parse_body, stop_list, text_of
 from .errors import ANTHROPIC, error_body
-from .stream import Generation
+from .stream import Generation, Preamble, coalesced
 
 router = APIRouter()
 STOP_REASON = {"stop": "end_turn", "stop_sequence": "stop_sequence", "length": "max_tokens",
@@ -85,19 +85,18 @@ async def messages(request: Request):
     async def events():
         start = {"id": mid, "type": "message", "role": "assistant", "content": [], "model": model,
                  "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
-        head = (_sse("message_start", {"type": "message_start", "message": start})  # goes out with the first text
-                + _sse("content_block_start", {"type": "content_block_start", "index": 0,
-                                               "content_block": {"type": "text", "text": ""}}))
+        yield Preamble(_sse("message_start", {"type": "message_start", "message": start}))
+        yield Preamble(_sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                                    "content_block": {"type": "text", "text": ""}}))
         try:
             async for piece in gen.deltas():
-                yield head + _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                                          "delta": {"type": "text_delta", "text": piece}})
-                head = ""
+                yield _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                   "delta": {"type": "text_delta", "text": piece}})
         except ServiceError as exc:
-            yield head + _sse("error", error_body(ANTHROPIC, exc, mid))
+            yield _sse("error", error_body(ANTHROPIC, exc, mid))
             return
         c = gen.completion
-        yield head + _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+        yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
         yield _sse("message_delta", {"type": "message_delta",
                                      "delta": {"stop_reason": STOP_REASON[c.finish_reason],
                                                "stop_sequence": c.stop_sequence},
@@ -105,7 +104,8 @@ async def messages(request: Request):
                                                "output_tokens": c.completion_tokens}})
         yield _sse("message_stop", {"type": "message_stop"})
 
-    return StreamingResponse(events(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
+    return StreamingResponse(coalesced(events()), media_type="text/event-stream",
+                             headers={"cache-control": "no-cache"})
 
 
 @router.post("/v1/messages/count_tokens")

@@ -14,7 +14,7 @@ from ..engine.types import Completion, GenerationRequest, Message, Sampling
 from ..errors import BadRequest, ServiceError
 from .common import keep_alive, now, parse_body, stop_list, text_of
 from .errors import OPENAI, error_body
-from .stream import Generation
+from .stream import Generation, Preamble, coalesced
 
 router = APIRouter()
 FINISH = {"stop": "stop", "stop_sequence": "stop", "length": "length", "cancelled": "stop"}
@@ -101,20 +101,20 @@ async def _run(request: Request, req: GenerationRequest, stream: bool, include_u
                              "system_fingerprint": None, "choices": [out], "usage": _usage(c)})
 
     async def events():
-        head = _sse(chunk([choice("", None, first=True)])) if chat else ""  # goes out with the first text
+        if chat:
+            yield Preamble(_sse(chunk([choice("", None, first=True)])))
         try:
             async for piece in gen.deltas():
-                yield head + _sse(chunk([choice(piece, None)]))
-                head = ""
+                yield _sse(chunk([choice(piece, None)]))
             c = gen.completion
-            yield head + _sse(chunk([choice(None, FINISH[c.finish_reason])]))
+            yield _sse(chunk([choice(None, FINISH[c.finish_reason])]))
             if include_usage:
                 yield _sse(chunk([], _usage(c)))
         except ServiceError as exc:  # after the 200: the error travels in the stream
-            yield head + _sse(error_body(OPENAI, exc, rid))
+            yield _sse(error_body(OPENAI, exc, rid))
         yield _sse("[DONE]")
 
-    return StreamingResponse(events(), media_type="text/event-stream",
+    return StreamingResponse(coalesced(events()), media_type="text/event-stream",
                              headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
 
 

@@ -84,6 +84,27 @@ class _Pipe:
             await self._ready.wait()
 
 
+class Preamble(str):
+    """Stream text that has no content of its own (OpenAI's role chunk, Anthropic's `message_start`): it is
+    held back and leaves in the same write as whatever the stream yields next, usually the first text."""
+
+
+async def coalesced(events):
+    """The dialect's stream with each run of `Preamble` items joined to the item after it."""
+    held = ""
+    try:
+        async for item in events:
+            if isinstance(item, Preamble):
+                held += item
+            else:
+                yield held + item
+                held = ""
+        if held:
+            yield held
+    finally:
+        await events.aclose()  # a client that left closes this wrapper; the dialect's cleanup must run now
+
+
 class Generation:
     def __init__(self, served: Served, lease, task: asyncio.Task, pipe: _Pipe, cancel: threading.Event):
         self.served, self._lease, self._task, self._pipe, self._cancel = served, lease, task, pipe, cancel
