@@ -33,7 +33,10 @@ class Settings(BaseSettings):
     generation_timeout: float = Field(300, gt=0)
     api_keys: str = ""
     keep_alive: str = ""  # empty: models stay loaded for MODEL_IDLE_TIMEOUT_SEC after their last request
-    max_queue: int = Field(64, ge=0)
+    max_queue: int = Field(64, ge=0)  # generations waiting beyond a full batch, per model
+    batch_size: int = Field(32, ge=1, le=1024)  # sequences decoded together per model (lowered to fit memory)
+    prefill_batch_size: int = Field(8, ge=1, le=1024)  # newcomers prefilled together
+    prefill_step_size: int = Field(2048, ge=16, le=65536)  # prefill chunk: the longest a newcomer stalls a batch
     catalog_path: str = ""
     enable_prefix_cache: bool = True
     cache_max_entries: int = Field(8, ge=0)

@@ -1,5 +1,6 @@
-"""Model manager: resolve names through the catalog, load on demand under a memory budget, keep_alive/idle
-unloading, LRU eviction, one load per model however many requests ask at once, and a bounded wait queue."""
+"""Model manager: resolve names through the catalog, open a runner per model under a memory budget,
+keep_alive/idle unloading, LRU eviction, one load per model however many requests ask at once, and a bounded
+queue per model. It schedules runners through `runners.Registry` and never imports a backend."""
 
 from __future__ import annotations
 
@@ -7,21 +8,19 @@ import asyncio
 import json
 import logging
 import math
-import threading
 import time
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .catalog import AmbiguousModel, Catalog, Entry, ResolveError, UncatalogedRepo, estimate
+import anyio
+
+from .catalog import AmbiguousModel, Catalog, Entry, UncatalogedRepo, estimate
 from .catalog import ModelNotFound as CatalogNotFound
 from .catalog.detect import UndetectableModel
 from .catalog.model import Sampling
 from .config import Settings
-from .engine import model as engine_model
-from .engine.decode import count_tokens, decode
-from .engine.types import Completion, GenerationRequest
-from .engine.worker import MLXWorker
+from .engine.job import Job, build_job
+from .engine.request import GenerationRequest
 from .errors import (
     BadRequest,
     LoadFailed,
@@ -29,10 +28,12 @@ from .errors import (
     ModelNotDownloaded,
     ModelNotFound,
     QueueFull,
+    ServiceError,
     UnsupportedModel,
 )
 from .keepalive import parse_keep_alive
 from .locate import generated_dir, local_folder, locate
+from .runners import LoadSpec, Registry, Runner, default_registry
 
 log = logging.getLogger("mlx_service.manager")
 GiB = 2**30
@@ -40,13 +41,16 @@ GiB = 2**30
 
 @dataclass
 class Target:
-    """A request's model, resolved: what it is, where it is, and what it costs."""
+    """A request's model, resolved once: what it is, where it is, what runs it, and what it costs."""
 
     name: str  # the tag we report (family:size-quant, repo id, or local folder name)
     entry: Entry | None
     path: Path | None
-    estimate_bytes: int
+    kind: str
+    loader: str
+    estimate_bytes: int  # weights + the KV cache of `parallel` sequences of `context_length` tokens
     context_length: int
+    parallel: int = 1  # sequences decoded together: the batch size that fits the memory budget
     trust_remote_code: bool = False
 
 
@@ -55,24 +59,40 @@ class Served:
     """A loaded model and its bookkeeping."""
 
     target: Target
-    handle: engine_model.ModelHandle
+    runner: Runner
     keep_alive: float
     load_seconds: float = 0.0  # from the request to a loaded model (Ollama's load_duration)
     loaded_at: float = field(default_factory=time.time)
     last_used: float = field(default_factory=time.monotonic)
     expires_at: float = math.inf
-    active: int = 0
-    waiting: int = 0
-    turn: asyncio.Lock = field(default_factory=asyncio.Lock)
+    generating: int = 0  # generations submitted and not finished: in the batch or waiting for a place
+    holds: int = 0  # every lease (generations and token counts): a held model is never evicted
 
     @property
     def name(self) -> str:
         return self.target.name
 
+    @property
+    def waiting(self) -> int:
+        return max(0, self.generating - self.runner.capacity)
+
+
+def plan_memory(settings: Settings, entry: Entry, context: int) -> tuple[int, int]:
+    """(sequences in the batch, bytes): the largest batch up to MLX_SERVICE_BATCH_SIZE whose KV cache at
+    `context` tokens per sequence fits the budget (as Ollama lowers its parallel count), at least one."""
+    budget = settings.max_memory_gb * GiB
+    prefill = settings.prefill_batch_size
+    for parallel in range(settings.batch_size, 0, -1):
+        need = estimate(entry, context=context, parallel=parallel, prefill_parallel=prefill).total
+        if need <= budget or parallel == 1:
+            return parallel, need
+    raise AssertionError("unreachable")
+
 
 def resolve_target(settings: Settings, catalog: Catalog, name: str) -> Target:
-    """What `name` means here: a catalog entry, an uncataloged repo in the cache, or a MODELS_DIR folder."""
-    if not name or not name.strip():
+    """What `name` means here: a catalog entry, an uncataloged repo in the cache, or a MODELS_DIR folder.
+    The same answer for every endpoint: unknown is a 404 with suggestions, ambiguous a 400 with candidates."""
+    if not isinstance(name, str) or not name.strip():
         raise BadRequest("`model` is required", param="model")
     try:
         found = catalog.resolve(name)
@@ -90,13 +110,10 @@ def resolve_target(settings: Settings, catalog: Catalog, name: str) -> Target:
                                      f"(`mlx-service pull {found.repo}` or POST /api/pull)")
         return _local_target(settings, catalog, found.repo, located.path)
     entry = found
-    if entry.family.loader != "mlx-lm":
-        raise UnsupportedModel(f"{entry.tag} is a {entry.family.kind} model ({entry.family.loader}); this "
-                               "version of MLX Service serves text models (mlx-lm) only - not supported yet")
     context = min(entry.context_length, settings.context_length)
-    est = estimate(entry, context=context)
-    located = locate(settings.models_dir, entry)
-    return Target(entry.tag, entry, located.path, est.total, context, entry.family.trust_remote_code)
+    parallel, need = plan_memory(settings, entry, context)
+    return Target(entry.tag, entry, locate(settings.models_dir, entry).path, entry.family.kind, entry.family.loader,
+                  need, context, parallel, entry.family.trust_remote_code)
 
 
 def _local_target(settings: Settings, catalog: Catalog, name: str, folder: Path) -> Target:
@@ -105,63 +122,107 @@ def _local_target(settings: Settings, catalog: Catalog, name: str, folder: Path)
         kind = catalog.detect(config)
     except (OSError, ValueError, UndetectableModel) as exc:
         raise UnsupportedModel(f"cannot tell what kind of model {name!r} is: {exc}") from None
-    if kind.loader != "mlx-lm":
-        raise UnsupportedModel(f"{name} is a {kind.kind} model ({kind.loader}): not supported yet")
     weights = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
     context = min(int(config.get("max_position_embeddings") or 4096), settings.context_length)
-    return Target(name, None, folder, int(weights * 1.2), context)
+    return Target(name, None, folder, kind.kind, kind.loader, int(weights * 1.2), context, settings.batch_size)
+
+
+class Lease:
+    """One request's hold on a loaded model; `release` once the request is over."""
+
+    def __init__(self, manager: ModelManager, served: Served, generating: bool, waited_for_load: bool):
+        self.manager, self.served, self.generating = manager, served, generating
+        self.waited_for_load = waited_for_load  # this request paid for the load (Ollama's load_duration)
+        self._released = False
+
+    async def release(self) -> None:
+        """Idempotent, and finishes even when the caller's task is being cancelled."""
+        if not self._released:
+            self._released = True
+            with anyio.CancelScope(shield=True):
+                await self.manager._release(self)
+
+    async def __aenter__(self) -> Lease:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.release()
 
 
 class ModelManager:
-    def __init__(self, settings: Settings, catalog: Catalog, worker: MLXWorker | None = None):
+    def __init__(self, settings: Settings, catalog: Catalog, runners: Registry | None = None):
         self.settings = settings
         self.catalog = catalog
-        self.worker = worker or MLXWorker()
+        self.runners = runners or default_registry()
         self.models: dict[str, Served] = {}
+        self._names: dict[str, str] = {}  # request spellings already resolved to a loaded model's name
+        self._closing: dict[str, Served] = {}  # unloading: still holding memory until their runner closed
         self._loading: dict[str, asyncio.Future] = {}
         self._changed = asyncio.Condition()
         self.default_keep_alive = (parse_keep_alive(settings.keep_alive) if settings.keep_alive
                                    else float(settings.model_idle_timeout_sec))
-        self.loads = 0  # completed loads, for tests and /metrics-style reporting
-        self.cancelled = 0
+        self.loads = 0  # completed loads, for tests and reporting
 
+    # ---- names ----------------------------------------------------------------------------------------------
     def resolve(self, name: str) -> Target:
+        """Resolve a request's model name; a name already seen for a loaded model costs one dict lookup."""
+        known = self._names.get(name) if isinstance(name, str) else None
+        if known is not None and known in self.models:
+            return self.models[known].target
         return resolve_target(self.settings, self.catalog, name)
 
-    def sampling_defaults(self, target: Target) -> Sampling:
-        return target.entry.family.sampling if target.entry else Sampling()
+    def job(self, served: Served, req: GenerationRequest) -> Job:
+        family = served.target.entry.family.sampling if served.target.entry else Sampling()
+        return build_job(req, family, max_tokens=self.settings.max_tokens, timeout=self.settings.generation_timeout)
 
-    # ---- loading ----------------------------------------------------------------------------------------
-    def _loaded(self, name: str) -> Served | None:
-        """The loaded model `name` refers to, found without touching the disk (the per-request fast path)."""
-        served = self.models.get(name)
-        if served is None:
-            try:
-                found = self.catalog.resolve(name)
-            except ResolveError:
-                return None
-            served = self.models.get(found.tag)
+    # ---- leases ---------------------------------------------------------------------------------------------
+    async def lease(self, name: str, keep_alive: float | None = None, *, generating: bool = True) -> Lease:
+        """Resolve `name` once, load it if needed, and hold it. A generation beyond the batch and
+        MLX_SERVICE_MAX_QUEUE waiting ones is refused with 503."""
+        target = self.resolve(name)
+        served, waited = await self._load(target, keep_alive)
+        self._names[name] = served.name
+        if generating:
+            limit = served.runner.capacity + self.settings.max_queue
+            if served.generating >= limit:
+                raise QueueFull(f"{served.name} has {served.waiting} requests waiting (MLX_SERVICE_MAX_QUEUE="
+                                f"{self.settings.max_queue}) behind a full batch of {served.runner.capacity}: "
+                                "try again shortly", retry_after=1)
+            served.generating += 1
+        served.holds += 1
+        return Lease(self, served, generating, waited)
+
+    async def _release(self, lease: Lease) -> None:
+        served = lease.served
+        served.holds -= 1
+        if lease.generating:
+            served.generating -= 1
+        served.last_used = time.monotonic()
+        served.expires_at = served.last_used + served.keep_alive
+        if served.keep_alive == 0 and served.holds == 0 and self.models.get(served.name) is served:
+            await self.unload(served.name)
+        async with self._changed:
+            self._changed.notify_all()
+
+    # ---- loading --------------------------------------------------------------------------------------------
+    async def load(self, name: str, keep_alive: float | None = None) -> Served:
+        served, _ = await self._load(self.resolve(name), keep_alive)
         return served
 
-    def is_loaded(self, name: str) -> bool:
-        return self._loaded(name) is not None
-
-    async def load(self, name: str, keep_alive: float | None = None) -> Served:
-        served = self._loaded(name)
+    async def _load(self, target: Target, keep_alive: float | None) -> tuple[Served, bool]:
+        """(the loaded model, whether this call waited for its load)."""
         started = time.perf_counter()
-        if served is None:
-            target = self.resolve(name)
-            served = self.models.get(target.name)
+        served = self.models.get(target.name)
         if served is not None:
             if keep_alive is not None:
                 served.keep_alive = keep_alive
-            return served
+            return served, False
         pending = self._loading.get(target.name)
         if pending is None:
             pending = asyncio.get_running_loop().create_future()
             self._loading[target.name] = pending
             try:
-                served = await self._load(target, keep_alive, started)
+                served = await self._open(target, keep_alive, started)
                 pending.set_result(served)
             except BaseException as exc:
                 pending.set_exception(exc)
@@ -169,12 +230,18 @@ class ModelManager:
                 raise
             finally:
                 self._loading.pop(target.name, None)
-            return served
-        return await asyncio.shield(pending)
+            return served, True
+        served = await asyncio.shield(pending)
+        if keep_alive is not None:
+            served.keep_alive = keep_alive
+        return served, True
 
-    async def _load(self, target: Target, keep_alive: float | None, started: float) -> Served:
-        """`started`: when the request for it arrived, so that the load time reported covers resolving the name,
-        making room and building a generated checkpoint too."""
+    async def _open(self, target: Target, keep_alive: float | None, started: float) -> Served:
+        """`started`: when the request arrived, so the load time reported covers making room and building a
+        generated checkpoint too."""
+        if not self.runners.supports(target.loader):
+            raise UnsupportedModel(f"{target.name} is a {target.kind} model ({target.loader}); this version of "
+                                   f"MLX Service runs {', '.join(self.runners.loaders)} models - not supported yet")
         budget = self.settings.max_memory_gb * GiB
         if target.estimate_bytes > budget:
             raise MemoryBudgetExceeded(
@@ -182,48 +249,57 @@ class ModelManager:
                 f"of context, more than MLX_SERVICE_MAX_MEMORY_GB ({self.settings.max_memory_gb:g} GiB): raise the "
                 "budget, lower MLX_SERVICE_CONTEXT_LENGTH, or pick a smaller quantization")
         await self._make_room(target)
-        path = target.path
-        entry = target.entry
+        spec = await self._spec(target)
+        try:
+            runner = await self.runners.opener(target.loader)(spec)
+        except ServiceError:
+            raise
+        except Exception as exc:
+            log.warning("loading %s failed: %s", target.name, exc)
+            raise LoadFailed(f"loading {target.name} from {spec.path} failed: {type(exc).__name__}: {exc}") from None
+        took = time.perf_counter() - started
+        served = Served(target, runner, self.default_keep_alive if keep_alive is None else keep_alive, took)
+        served.expires_at = time.monotonic() + served.keep_alive
+        self.models[target.name] = served
+        self.loads += 1
+        log.info("loaded %s in %.2f s (%d MiB, batch of %d)", target.name, took, runner.memory_bytes // 2**20,
+                 runner.capacity)
+        return served
+
+    async def _spec(self, target: Target) -> LoadSpec:
+        path, entry = target.path, target.entry
         style = self.catalog.prompt_style(entry) if entry else None
         if path is None and entry is not None and entry.quantization.generated is not None:
             from .recipes import build_checkpoint
 
-            dest = generated_dir(self.settings.models_dir, entry)
-            path = await self.worker.run(lambda: build_checkpoint(entry, style, dest))
+            path = await asyncio.to_thread(build_checkpoint, entry, style,
+                                           generated_dir(self.settings.models_dir, entry))
         if path is None:
             raise ModelNotDownloaded(f"model {target.name!r} is not downloaded: pull it first "
                                      f"(`mlx-service pull {target.name}` or POST /api/pull)")
-        cache_entries = self.settings.cache_max_entries if self.settings.enable_prefix_cache else 0
-        try:
-            handle = await self.worker.run(lambda: engine_model.load(
-                target.name, path,
-                chat_template=style.chat_template if style else None,
-                override_template=bool(style and style.override_template),
-                stops=list(style.stop) if style else [],
-                trust_remote_code=target.trust_remote_code,
-                cache_entries=cache_entries,
-                cache_bytes=int(self.settings.cache_max_memory_gb * GiB)))
-        except Exception as exc:
-            log.warning("loading %s failed: %s", target.name, exc)
-            raise LoadFailed(f"loading {target.name} from {path} failed: {type(exc).__name__}: {exc}") from None
-        took = time.perf_counter() - started
-        served = Served(target, handle, self.default_keep_alive if keep_alive is None else keep_alive, took)
-        served.expires_at = time.monotonic() + served.keep_alive
-        self.models[target.name] = served
-        self.loads += 1
-        log.info("loaded %s in %.2f s (%d MiB)", target.name, took,
-                 handle.active_bytes // 2**20)
-        return served
+        s = self.settings
+        return LoadSpec(
+            name=target.name, path=path,
+            chat_template=style.chat_template if style else None,
+            override_template=bool(style and style.override_template),
+            stops=tuple(style.stop) if style else (), trust_remote_code=target.trust_remote_code,
+            batch_size=target.parallel, prefill_batch_size=s.prefill_batch_size,
+            prefill_step_size=s.prefill_step_size,
+            cache_entries=s.cache_max_entries if s.enable_prefix_cache else 0,
+            cache_bytes=int(s.cache_max_memory_gb * GiB))
+
+    def _used_bytes(self) -> int:
+        return sum(s.target.estimate_bytes for s in [*self.models.values(), *self._closing.values()])
 
     async def _make_room(self, target: Target) -> None:
         """Evict least-recently-used idle models until `target` fits; wait while the others are busy."""
         budget = self.settings.max_memory_gb * GiB
         deadline = time.monotonic() + self.settings.generation_timeout
         while True:
-            used = sum(s.target.estimate_bytes for s in self.models.values())
-            if used + target.estimate_bytes <= budget and len(self.models) < self.settings.max_loaded_models:
+            if (self._used_bytes() + target.estimate_bytes <= budget
+                    and len(self.models) + len(self._closing) < self.settings.max_loaded_models):
                 return
-            idle = [s for s in self.models.values() if s.active == 0 and s.waiting == 0]
+            idle = [s for s in self.models.values() if s.holds == 0]
             if idle:
                 victim = min(idle, key=lambda s: (s.keep_alive == math.inf, s.last_used))
                 log.info("evicting %s to make room for %s", victim.name, target.name)
@@ -238,26 +314,30 @@ class ModelManager:
                 except asyncio.TimeoutError:
                     pass
 
+    # ---- unloading ------------------------------------------------------------------------------------------
     async def unload(self, name: str) -> bool:
+        """Unload a model by any of its names; waits only for that model's running requests."""
         served = self.models.pop(name, None)
         if served is None:
             try:
                 served = self.models.pop(self.resolve(name).name, None)
-            except Exception:
+            except ServiceError:
                 served = None
         if served is None:
             return False
-        handle, served.handle = served.handle, None
-        del handle
-        await self.worker.run(engine_model.free)
+        self._names = {k: v for k, v in self._names.items() if v != served.name}
+        self._closing[served.name] = served
+        try:
+            await served.runner.close()
+        finally:
+            self._closing.pop(served.name, None)
         log.info("unloaded %s", served.name)
         async with self._changed:
             self._changed.notify_all()
         return True
 
     async def unload_all(self) -> None:
-        for name in list(self.models):
-            await self.unload(name)
+        await asyncio.gather(*(self.unload(name) for name in list(self.models)))
 
     async def reap(self) -> None:
         """Unload idle models whose keep_alive ran out (runs every half second)."""
@@ -265,49 +345,5 @@ class ModelManager:
             await asyncio.sleep(0.5)
             now = time.monotonic()
             for served in list(self.models.values()):
-                if served.active == 0 and served.waiting == 0 and served.expires_at <= now:
+                if served.holds == 0 and served.expires_at <= now:
                     await self.unload(served.name)
-
-    # ---- serving ----------------------------------------------------------------------------------------
-    @asynccontextmanager
-    async def use(self, name: str, keep_alive: float | None = None):
-        """Hold a loaded model for one request: bounded queue, one generation at a time per model."""
-        served = await self.load(name, keep_alive)
-        if served.waiting >= self.settings.max_queue and (served.active or served.turn.locked()):
-            raise QueueFull(f"{served.name} has {served.waiting} requests waiting (MLX_SERVICE_MAX_QUEUE="
-                            f"{self.settings.max_queue}): try again shortly", retry_after=1)
-        served.waiting += 1
-        try:
-            await served.turn.acquire()
-        finally:
-            served.waiting -= 1
-        served.active += 1
-        try:
-            yield served
-        finally:
-            served.active -= 1
-            served.turn.release()
-            served.last_used = time.monotonic()
-            if keep_alive is not None:
-                served.keep_alive = keep_alive
-            served.expires_at = served.last_used + served.keep_alive
-            if served.keep_alive == 0 and served.active == 0 and served.waiting == 0:
-                await self.unload(served.name)
-            async with self._changed:
-                self._changed.notify_all()
-
-    async def generate(self, served: Served, req: GenerationRequest, emit, cancel: threading.Event) -> Completion:
-        limit = min(req.max_tokens or self.settings.max_tokens, self.settings.max_tokens)
-        deadline = time.perf_counter() + self.settings.generation_timeout
-        defaults = self.sampling_defaults(served.target)
-        handle = served.handle
-        try:
-            result = await self.worker.run(lambda: decode(handle, req, defaults, limit, emit, cancel, deadline))
-        finally:
-            if cancel.is_set():
-                self.cancelled += 1
-        return result
-
-    async def count_tokens(self, served: Served, req: GenerationRequest) -> int:
-        handle = served.handle
-        return await self.worker.run(lambda: count_tokens(handle, req))

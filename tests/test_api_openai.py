@@ -21,9 +21,9 @@ def test_chat_non_streaming_counts_and_length(client, server):
     assert r.object == "chat.completion" and r.model == "tiny:s-f32"
     assert r.choices[0].finish_reason == "length"
     assert r.usage.completion_tokens == 12
-    handle = server.manager.models["tiny:s-f32"].handle
-    prompt = handle.tokenizer.apply_chat_template(MSG, add_generation_prompt=True, tokenize=False)
-    assert r.usage.prompt_tokens == len(handle.tokenizer.encode(prompt, add_special_tokens=False))
+    tokenizer = server.manager.models["tiny:s-f32"].runner.tokenizer
+    prompt = tokenizer.apply_chat_template(MSG, add_generation_prompt=True, tokenize=False)
+    assert r.usage.prompt_tokens == len(tokenizer.encode(prompt, add_special_tokens=False))
     assert r.usage.total_tokens == r.usage.prompt_tokens + 12
 
 

@@ -24,9 +24,9 @@ def chat(srv: Server, model: str = "tiny", **kw) -> httpx.Response:
 
 
 def test_two_models_under_a_budget_that_fits_one(models_dir):
-    with Server(models_dir) as probe:
+    with Server(models_dir, batch_size=1) as probe:
         need = probe.manager.resolve("tiny").estimate_bytes
-    with Server(models_dir, max_memory_gb=need * 1.5 / 2**30) as srv:
+    with Server(models_dir, max_memory_gb=need * 1.5 / 2**30, batch_size=1) as srv:
         assert chat(srv, "tiny:s-f32").status_code == 200
         assert chat(srv, "tiny:s-f32b").status_code == 200
         assert list(srv.manager.models) == ["tiny:s-f32b"]  # the first was evicted (LRU, idle)
@@ -34,8 +34,22 @@ def test_two_models_under_a_budget_that_fits_one(models_dir):
         assert list(srv.manager.models) == ["tiny:s-f32"]
 
 
+def test_batch_is_lowered_to_fit_the_budget(models_dir):
+    with Server(models_dir, batch_size=1) as probe:
+        one = probe.manager.resolve("tiny")
+    with Server(models_dir, batch_size=4) as probe:
+        four = probe.manager.resolve("tiny")
+    kv = (four.estimate_bytes - one.estimate_bytes) / 3  # the KV cache of one more sequence
+    assert four.parallel == 4 and kv > 0
+    with Server(models_dir, batch_size=4, max_memory_gb=(one.estimate_bytes + 1.5 * kv) / 2**30) as srv:
+        assert chat(srv).status_code == 200
+        served = srv.manager.models["tiny:s-f32"]
+        assert served.target.parallel == 2 and served.runner.capacity == 2
+        assert httpx.get(srv.url + "/v1/models/loaded").json()["data"][0]["batch_size"] == 2
+
+
 def test_model_that_cannot_fit_is_refused_without_evicting(models_dir):
-    with Server(models_dir) as probe:
+    with Server(models_dir, batch_size=1) as probe:
         need = probe.manager.resolve("tiny").estimate_bytes
     with Server(models_dir, max_memory_gb=need * 0.5 / 2**30) as srv:
         r = chat(srv)
@@ -103,7 +117,7 @@ def test_failed_load_reports_and_frees(models_dir, tmp_path):
 
 
 def test_queue_full(models_dir):
-    with Server(models_dir, max_queue=0, max_tokens=100000) as srv:
+    with Server(models_dir, max_queue=0, max_tokens=100000, batch_size=1) as srv:
         body = {"model": "tiny", "messages": MSG, "max_tokens": 100000, "stream": True, "ignore_eos": True}
         with httpx.stream("POST", srv.url + "/v1/chat/completions", json=body, timeout=60) as first:
             lines = first.iter_lines()  # keep the iterator: dropping it closes the stream (a disconnect)
@@ -126,8 +140,8 @@ def test_disconnect_cancels_within_a_step(models_dir):
             for _ in range(3):
                 next(lines)
         served = srv.manager.models["tiny:s-f32"]
-        assert srv.wait(lambda: srv.manager.cancelled == 1 and served.active == 0, timeout=30)
-        assert not served.turn.locked()
+        assert srv.wait(lambda: served.runner.stats().get("cancelled") == 1 and served.holds == 0, timeout=30)
+        assert served.generating == 0 and served.runner.stats()["running"] == 0
         assert chat(srv).status_code == 200  # the slot is free for the next request
 
 

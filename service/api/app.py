@@ -17,6 +17,7 @@ from ..catalog import Catalog, load_catalog
 from ..config import Settings
 from ..errors import BadRequest, NotFound, PayloadTooLarge, ServiceError, Unauthorized
 from ..manager import ModelManager
+from ..runners import Registry
 from . import anthropic, hub, ollama, openai
 from .errors import error_response, request_id
 
@@ -76,8 +77,10 @@ async def _preload(manager: ModelManager, name: str) -> None:
         log.warning("could not preload %s: %s", name, exc.message)
 
 
-def create_app(settings: Settings, catalog: Catalog | None = None, preload: str | None = None) -> FastAPI:
-    """`preload`: a model to load in the background at start, so the first request does not wait for it."""
+def create_app(settings: Settings, catalog: Catalog | None = None, preload: str | None = None,
+               runners: Registry | None = None) -> FastAPI:
+    """`preload`: a model to load in the background at start, so the first request does not wait for it;
+    `runners`: which runner serves each catalog `loader` (default: the built-in registry)."""
     # The MLX thread runs Python between kernels; with the default 5 ms GIL switch interval the event loop
     # would wait up to 5 ms to send each chunk; 1 ms keeps streaming latency close to in-process decoding.
     sys.setswitchinterval(0.001)
@@ -85,7 +88,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None, preload: str 
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        manager = ModelManager(settings, catalog)
+        manager = ModelManager(settings, catalog, runners)
         app.state.manager = manager
         reaper = asyncio.create_task(manager.reap())
         warm = asyncio.create_task(_preload(manager, preload)) if preload else None
@@ -96,7 +99,6 @@ def create_app(settings: Settings, catalog: Catalog | None = None, preload: str 
                 warm.cancel()
             reaper.cancel()
             await manager.unload_all()
-            manager.worker.close()
 
     app = FastAPI(title="MLX Service", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.settings = settings

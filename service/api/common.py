@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any, TypeVar
 
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
+from ..engine.request import Sampling
 from ..errors import BadRequest, PayloadTooLarge
 from ..keepalive import parse_keep_alive
 
@@ -80,3 +82,36 @@ def stop_list(value: Any, where: str = "stop") -> list[str]:
 
 def now() -> int:
     return int(time.time())
+
+
+# name -> (lowest, highest, whether the lowest itself is allowed, integer)
+_SAMPLING_RANGES = {"temperature": (0.0, 100.0, True, False), "top_p": (0.0, 1.0, True, False),
+                    "top_k": (0, 1_000_000, True, True), "min_p": (0.0, 1.0, True, False),
+                    "repetition_penalty": (0.0, 100.0, False, False), "seed": (-(2**63), 2**64 - 1, True, True)}
+
+
+def number(value: Any, where: str, low: float, high: float, *, inclusive: bool = True, integer: bool = False):
+    """A user's number, checked for type, finiteness and range; a 400 naming `where` otherwise."""
+    kind = "an integer" if integer else "a number"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and isinstance(value, float)
+                                                                          and not value.is_integer()):
+        raise BadRequest(f"{where} must be {kind}", param=where)
+    if not math.isfinite(value) or value > high or value < low or (value == low and not inclusive):
+        bound = f"{'at least' if inclusive else 'more than'} {low:g} and at most {high:g}"
+        raise BadRequest(f"{where} must be {bound}, not {value!r}", param=where)
+    return int(value) if integer else float(value)
+
+
+def sampling(prefix: str = "", **given: Any) -> Sampling:
+    """The request's sampling, every given value checked (`prefix` names where it sat, e.g. "options.")."""
+    checked = {}
+    for name, value in given.items():
+        if value is not None:
+            low, high, inclusive, integer = _SAMPLING_RANGES[name]
+            checked[name] = number(value, prefix + name, low, high, inclusive=inclusive, integer=integer)
+    return Sampling(**checked)
+
+
+def max_tokens(value: Any, where: str) -> int | None:
+    """A token limit the user gave (None: not given); 0 and negatives are refused, never replaced."""
+    return None if value is None else number(value, where, 1, 2**31, integer=True)

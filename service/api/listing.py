@@ -43,11 +43,12 @@ def available(manager: ModelManager) -> list[ModelInfo]:
     """Models a request can name right now: on disk, buildable from a recipe, or loaded."""
     from ..hub import store
 
+    runs = manager.runners.supports
     out = {m.name: ModelInfo(m.name, m.entry, m.path, int(m.modified), m.size)
            for m in store.downloaded(manager.settings, manager.catalog)
-           if m.entry is None or m.entry.family.loader == "mlx-lm"}
+           if m.entry is None or runs(m.entry.family.loader)}
     for entry in manager.catalog.entries():
-        if entry.quantization.generated is not None and entry.family.loader == "mlx-lm":
+        if entry.quantization.generated is not None and runs(entry.family.loader):
             out.setdefault(entry.tag, _info(entry.tag, entry, None))
     for served in manager.models.values():
         out.setdefault(served.name, _info(served.name, served.target.entry, served.target.path))

@@ -6,27 +6,27 @@ import asyncio
 import json
 import math
 import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict
 
 from .. import __version__
-from ..catalog import Entry, UncatalogedRepo
-from ..catalog.resolve import ResolveError
-from ..engine.types import Completion, GenerationRequest, Message, Sampling
-from ..errors import BadRequest, ModelNotFound, ServiceError
-from ..locate import local_folder, locate
-from .common import keep_alive, parse_body, stop_list
+from ..engine.events import Done, Event, Result, TextDelta
+from ..engine.request import GenerationRequest, Message
+from ..errors import BadRequest, ServiceError
+from . import finish
+from .common import keep_alive, number, parse_body, sampling, stop_list
 from .listing import digest_of, mtime_iso
 from .show import render_show, summary_details
+from .stream import respond
 
 router = APIRouter()
-DONE_REASON = {"stop": "stop", "stop_sequence": "stop", "length": "length", "cancelled": "stop"}
-_OPTION_TYPES = {"temperature": float, "top_p": float, "top_k": int, "min_p": float, "seed": int,
-                 "num_predict": int, "repeat_penalty": float}
+_OPTIONS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "seed": "seed",
+            "repeat_penalty": "repetition_penalty"}
 
 
 class _Base(BaseModel):
@@ -37,6 +37,10 @@ class _Base(BaseModel):
     keep_alive: int | float | str | None = None
     options: dict[str, Any] | None = None
     format: Any = None
+
+    @property
+    def model_name(self) -> str:
+        return self.model or self.name or ""
 
 
 class ChatRequest(_Base):
@@ -53,83 +57,20 @@ def _created_at() -> str:
     return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _options(options: dict | None) -> tuple[Sampling, int | None, list[str]]:
-    options = options or {}
-    for key, kind in _OPTION_TYPES.items():
-        value = options.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise BadRequest(f'option "{key}" must be of type {"integer" if kind is int else "number"}')
-    ints = {k: int(options[k]) for k in ("top_k", "seed", "num_predict") if options.get(k) is not None}
-    num_predict = ints.get("num_predict")
-    sampling = Sampling(options.get("temperature"), options.get("top_p"), ints.get("top_k"), options.get("min_p"),
-                        options.get("repeat_penalty"), ints.get("seed"))
-    return sampling, (None if num_predict is None or num_predict < 0 else max(num_predict, 1)), \
-        stop_list(options.get("stop"), "options.stop")
+def _request(body: _Base, **what) -> GenerationRequest:
+    """Ollama's `options`: sampling under its own names, `num_predict` (negative: no limit), `stop`."""
+    options = body.options or {}
+    given = {ours: options.get(theirs) for theirs, ours in _OPTIONS.items()}
+    predict = options.get("num_predict")
+    limit = None if predict is None else number(predict, "options.num_predict", -(2**31), 2**31, integer=True)
+    return GenerationRequest(
+        model=body.model_name, sampling=sampling("options.", **given),
+        max_tokens=None if limit is None or limit < 0 else max(limit, 1),
+        stop=stop_list(options.get("stop"), "options.stop"), stream=body.stream,
+        keep_alive=keep_alive(body.keep_alive), ignore_eos=bool(options.get("ignore_eos")), **what)
 
 
-def _metrics(c: Completion, load_ns: int) -> dict:
-    return {"total_duration": int(c.total_seconds * 1e9) + load_ns, "load_duration": load_ns,
-            "prompt_eval_count": c.prompt_tokens, "prompt_eval_duration": int(c.prompt_seconds * 1e9),
-            "eval_count": c.completion_tokens, "eval_duration": int(c.decode_seconds * 1e9)}
-
-
-async def _load_or_unload(request: Request, body: _Base, name: str):
-    """Empty prompt/messages: load the model, or with keep_alive 0 unload it (Ollama's explicit controls)."""
-    manager = request.app.state.manager
-    seconds = keep_alive(body.keep_alive)
-    if seconds == 0:
-        manager.resolve(name)  # unknown names are still a 404
-        await manager.unload(name)
-        reason = "unload"
-    else:
-        await manager.load(name, seconds)
-        reason = "load"
-    return {"model": name, "created_at": _created_at(), "response": "", "done": True, "done_reason": reason}
-
-
-async def _generate(request: Request, body: _Base, req: GenerationRequest, chat: bool):
-    from .stream import Generation
-
-    manager = request.app.state.manager
-    loaded_before = manager.is_loaded(req.model)
-    gen = await Generation.start(manager, req)
-    load_ns = 0 if loaded_before else int(gen.served.load_seconds * 1e9)
-    name = body.model or body.name
-
-    def line(text: str, done: bool = False, extra: dict | None = None) -> dict:
-        out: dict = {"model": name, "created_at": _created_at()}
-        if chat:
-            out["message"] = {"role": "assistant", "content": text}
-        else:
-            out["response"] = text
-        out["done"] = done
-        return {**out, **(extra or {})}
-
-    if not body.stream:
-        text = await gen.text()
-        c = gen.completion
-        return JSONResponse(line(text, True, {"done_reason": DONE_REASON[c.finish_reason], **_metrics(c, load_ns)}))
-
-    async def lines():
-        try:
-            async for piece in gen.deltas():
-                yield json.dumps(line(piece)) + "\n"
-            c = gen.completion
-            yield json.dumps(line("", True, {"done_reason": DONE_REASON[c.finish_reason],
-                                             **_metrics(c, load_ns)})) + "\n"
-        except ServiceError as exc:
-            yield json.dumps({"error": exc.message}) + "\n"
-
-    return StreamingResponse(lines(), media_type="application/x-ndjson")
-
-
-@router.post("/api/chat")
-async def chat(request: Request):
-    body = await parse_body(request, ChatRequest)
-    name = body.model or body.name or ""
-    if not body.messages:
-        return JSONResponse(await _load_or_unload(request, body, name) | {"message": {"role": "assistant",
-                                                                                       "content": ""}})
+def chat_request(body: ChatRequest) -> GenerationRequest:
     messages = []
     for i, m in enumerate(body.messages):
         role = str(m.get("role", "")).lower()
@@ -141,30 +82,92 @@ async def chat(request: Request):
         if not isinstance(content, str):
             raise BadRequest(f"messages[{i}].content must be a string")
         messages.append(Message(role, content))
-    sampling, limit, stops = _options(body.options)
-    req = GenerationRequest(model=name, messages=messages, max_tokens=limit, stop=stops, sampling=sampling,
-                            keep_alive=keep_alive(body.keep_alive),
-                            ignore_eos=bool((body.options or {}).get("ignore_eos")))
-    return await _generate(request, body, req, chat=True)
+    return _request(body, messages=messages)
+
+
+def generate_request(body: GenerateRequest) -> GenerationRequest:
+    if body.model_extra and body.model_extra.get("images"):
+        raise BadRequest("images need a vision model, which this version of MLX Service does not serve yet")
+    if body.raw:
+        return _request(body, prompt=body.prompt)
+    messages = ([Message("system", body.system)] if body.system else []) + [Message("user", body.prompt)]
+    return _request(body, messages=messages)
+
+
+def _metrics(done: Done, load_seconds: float) -> dict:
+    t, load_ns = done.timings, int(load_seconds * 1e9)
+    return {"done_reason": finish.ollama(done.finish_reason), "total_duration": int(t.total * 1e9) + load_ns,
+            "load_duration": load_ns, "prompt_eval_count": done.usage.prompt_tokens,
+            "prompt_eval_duration": int(t.prompt * 1e9), "eval_count": done.usage.completion_tokens,
+            "eval_duration": int(t.decode * 1e9)}
+
+
+@dataclass
+class OllamaView:
+    """`/api/chat` (`chat`) or `/api/generate`, as one JSON object or NDJSON lines."""
+
+    name: str  # as the request spelled it: Ollama echoes the name it was given
+    chat: bool
+    load_seconds: float = 0.0
+    media_type = "application/x-ndjson"
+
+    def _line(self, text: str, done: Done | None = None) -> dict:
+        out: dict = {"model": self.name, "created_at": _created_at()}
+        if self.chat:
+            out["message"] = {"role": "assistant", "content": text}
+        else:
+            out["response"] = text
+        out["done"] = done is not None
+        return out | (_metrics(done, self.load_seconds) if done else {})
+
+    def complete(self, result: Result) -> dict:
+        return self._line(result.text, result.done)
+
+    async def stream(self, events: AsyncIterator[Event]):
+        async for event in events:
+            if isinstance(event, TextDelta):
+                yield json.dumps(self._line(event.text)) + "\n"
+            elif isinstance(event, Done):
+                yield json.dumps(self._line("", event)) + "\n"
+
+    def stream_error(self, error: ServiceError) -> str:
+        return json.dumps({"error": error.message}) + "\n"
+
+
+async def _load_or_unload(request: Request, body: _Base) -> dict:
+    """Empty prompt/messages: load the model, or with keep_alive 0 unload it (Ollama's explicit controls)."""
+    manager = request.app.state.manager
+    name = body.model_name
+    seconds = keep_alive(body.keep_alive)
+    if seconds == 0:
+        manager.resolve(name)  # unknown names are still a 404
+        await manager.unload(name)
+        reason = "unload"
+    else:
+        await manager.load(name, seconds)
+        reason = "load"
+    return {"model": name, "created_at": _created_at(), "response": "", "done": True, "done_reason": reason}
+
+
+def _view(body: _Base, chat: bool):
+    return lambda gen: OllamaView(body.model_name, chat, gen.load_seconds)
+
+
+@router.post("/api/chat")
+async def chat(request: Request):
+    body = await parse_body(request, ChatRequest)
+    if not body.messages:
+        return JSONResponse(await _load_or_unload(request, body) | {"message": {"role": "assistant",
+                                                                                 "content": ""}})
+    return await respond(request, chat_request(body), _view(body, chat=True))
 
 
 @router.post("/api/generate")
 async def generate(request: Request):
     body = await parse_body(request, GenerateRequest)
-    name = body.model or body.name or ""
     if not body.prompt:
-        return JSONResponse(await _load_or_unload(request, body, name))
-    if body.model_extra and body.model_extra.get("images"):
-        raise BadRequest("images need a vision model, which this version of MLX Service does not serve yet")
-    sampling, limit, stops = _options(body.options)
-    common = dict(model=name, max_tokens=limit, stop=stops, sampling=sampling, keep_alive=keep_alive(body.keep_alive),
-                  ignore_eos=bool((body.options or {}).get("ignore_eos")))
-    if body.raw:
-        req = GenerationRequest(prompt=body.prompt, **common)
-    else:
-        messages = ([Message("system", body.system)] if body.system else []) + [Message("user", body.prompt)]
-        req = GenerationRequest(messages=messages, **common)
-    return await _generate(request, body, req, chat=False)
+        return JSONResponse(await _load_or_unload(request, body))
+    return await respond(request, generate_request(body), _view(body, chat=False))
 
 
 @router.api_route("/", methods=["GET", "HEAD"])
@@ -198,23 +201,9 @@ class ShowRequest(BaseModel):
 @router.post("/api/show")
 async def show(request: Request):
     body = await parse_body(request, ShowRequest)
-    name = (body.model or body.name or "").strip()
     manager = request.app.state.manager
-    models_dir = manager.settings.models_dir
-    try:
-        found = manager.catalog.resolve(name)
-    except ResolveError as exc:
-        folder = local_folder(models_dir, name)
-        if folder is None:
-            raise ModelNotFound(f"model '{name}' not found: {exc}") from None
-        return render_show(manager.catalog, None, name, folder)
-    if isinstance(found, UncatalogedRepo):
-        located = locate(models_dir, found)
-        if located.path is None:
-            raise ModelNotFound(f"model '{name}' not found (not in the catalog and not downloaded)")
-        return render_show(manager.catalog, None, found.repo, located.path)
-    entry: Entry = found
-    return render_show(manager.catalog, entry, entry.tag, locate(models_dir, entry).path)
+    target = manager.resolve((body.model or body.name or "").strip())
+    return render_show(manager.catalog, target.entry, target.name, target.path)
 
 
 @router.get("/api/ps")
@@ -223,10 +212,10 @@ async def ps(request: Request):
     out = []
     now = time.monotonic()
     for served in sorted(manager.models.values(), key=lambda s: s.expires_at, reverse=True):
-        remaining = served.expires_at - now if served.active == 0 else served.keep_alive
+        remaining = served.expires_at - now if served.holds == 0 else served.keep_alive
         remaining = min(remaining, 292 * 365 * 86400) if math.isinf(remaining) else max(remaining, 0)
         expires = datetime.now(timezone.utc).astimezone() + timedelta(seconds=remaining)
-        size = served.handle.active_bytes if served.handle else 0
+        size = served.runner.memory_bytes
         out.append({"name": served.name, "model": served.name, "size": size, "size_vram": size,
                     "digest": "", "details": summary_details(served.target.entry),
                     "expires_at": expires.isoformat(), "context_length": served.target.context_length})

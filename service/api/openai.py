@@ -5,23 +5,25 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import dataclass, field
+from typing import AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
-from ..engine.types import Completion, GenerationRequest, Message, Sampling
+from ..engine.events import Done, Event, Result, TextDelta, Usage
+from ..engine.request import GenerationRequest, Message
 from ..errors import BadRequest, ServiceError
-from .common import keep_alive, now, parse_body, stop_list, text_of
+from . import finish
+from .common import keep_alive, max_tokens, now, parse_body, sampling, stop_list, text_of
 from .errors import OPENAI, error_body
-from .stream import Generation, Preamble, coalesced
+from .stream import Preamble, respond
 
 router = APIRouter()
-FINISH = {"stop": "stop", "stop_sequence": "stop", "length": "length", "cancelled": "stop"}
 
 
 class _Base(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     model: str
     max_tokens: int | None = None
     temperature: float | None = None
@@ -47,80 +49,17 @@ class CompletionRequest(_Base):
     prompt: str | list[str]
 
 
-def _common(body: _Base, max_tokens: int | None) -> dict:
+def _request(body: _Base, limit: int | None, **what) -> GenerationRequest:
     if body.n != 1:
         raise BadRequest("only n=1 is supported: send one request per completion", param="n")
-    if max_tokens is not None and max_tokens < 1:
-        raise BadRequest("max_tokens must be at least 1", param="max_tokens")
-    return dict(model=body.model, max_tokens=max_tokens, stop=stop_list(body.stop),
-                sampling=Sampling(body.temperature, body.top_p, body.top_k, body.min_p, body.repetition_penalty,
-                                  body.seed),
-                keep_alive=keep_alive(body.keep_alive), ignore_eos=body.ignore_eos)
+    return GenerationRequest(
+        model=body.model, max_tokens=limit, stop=stop_list(body.stop), stream=body.stream,
+        sampling=sampling(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, min_p=body.min_p,
+                          repetition_penalty=body.repetition_penalty, seed=body.seed),
+        keep_alive=keep_alive(body.keep_alive), ignore_eos=body.ignore_eos, **what)
 
 
-def _usage(c: Completion) -> dict:
-    return {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
-            "total_tokens": c.prompt_tokens + c.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": c.cached_tokens}}
-
-
-def _sse(payload: dict | str) -> str:
-    return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n"
-
-
-async def _run(request: Request, req: GenerationRequest, stream: bool, include_usage: bool, chat: bool):
-    manager = request.app.state.manager
-    gen = await Generation.start(manager, req)
-    rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
-    created, model = now(), gen.served.name
-    obj = "chat.completion" if chat else "text_completion"
-
-    def choice(text: str | None, finish: str | None, first: bool = False) -> dict:
-        if chat:
-            delta = ({"role": "assistant", "content": text or ""} if first else
-                     ({"content": text} if text else {}))
-            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
-
-    def chunk(choices: list, usage: dict | None = None) -> dict:
-        body = {"id": rid, "object": obj + (".chunk" if chat else ""), "created": created, "model": model,
-                "system_fingerprint": None, "choices": choices}
-        if include_usage:
-            body["usage"] = usage
-        return body
-
-    if not stream:
-        text = await gen.text()
-        c = gen.completion
-        if chat:
-            out = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                   "logprobs": None, "finish_reason": FINISH[c.finish_reason]}
-        else:
-            out = {"index": 0, "text": text, "logprobs": None, "finish_reason": FINISH[c.finish_reason]}
-        return JSONResponse({"id": rid, "object": obj, "created": created, "model": model,
-                             "system_fingerprint": None, "choices": [out], "usage": _usage(c)})
-
-    async def events():
-        if chat:
-            yield Preamble(_sse(chunk([choice("", None, first=True)])))
-        try:
-            async for piece in gen.deltas():
-                yield _sse(chunk([choice(piece, None)]))
-            c = gen.completion
-            yield _sse(chunk([choice(None, FINISH[c.finish_reason])]))
-            if include_usage:
-                yield _sse(chunk([], _usage(c)))
-        except ServiceError as exc:  # after the 200: the error travels in the stream
-            yield _sse(error_body(OPENAI, exc, rid))
-        yield _sse("[DONE]")
-
-    return StreamingResponse(coalesced(events()), media_type="text/event-stream",
-                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
-
-
-@router.post("/v1/chat/completions")
-async def chat_completions(request: Request):
-    body = await parse_body(request, ChatRequest)
+def chat_request(body: ChatRequest) -> GenerationRequest:
     if not body.messages:
         raise BadRequest("messages must not be empty", param="messages")
     messages = []
@@ -131,22 +70,104 @@ async def chat_completions(request: Request):
                              param=f"messages[{i}].role")
         messages.append(Message("system" if role == "developer" else role,
                                 text_of(m.get("content"), f"messages[{i}].content")))
-    req = GenerationRequest(messages=messages, **_common(body, body.max_completion_tokens or body.max_tokens))
-    include = bool(body.stream_options and body.stream_options.get("include_usage"))
-    return await _run(request, req, body.stream, include, chat=True)
+    limit = max_tokens(body.max_completion_tokens, "max_completion_tokens")
+    if limit is None:
+        limit = max_tokens(body.max_tokens, "max_tokens")
+    return _request(body, limit, messages=messages)
 
 
-@router.post("/v1/completions")
-async def completions(request: Request):
-    body = await parse_body(request, CompletionRequest)
+def completion_request(body: CompletionRequest) -> GenerationRequest:
     prompt = body.prompt
     if isinstance(prompt, list):
         if len(prompt) != 1:
             raise BadRequest("prompt must be one string (batches are not supported)", param="prompt")
         prompt = prompt[0]
-    req = GenerationRequest(prompt=prompt, **_common(body, body.max_tokens or 16))
+    limit = max_tokens(body.max_tokens, "max_tokens")
+    return _request(body, 16 if limit is None else limit, prompt=prompt)  # 16: the API's own default
+
+
+def _usage(u: Usage) -> dict:
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+            "total_tokens": u.prompt_tokens + u.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": u.cached_tokens}}
+
+
+def _sse(payload: dict | str) -> str:
+    return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n"
+
+
+@dataclass
+class OpenAIView:
+    """Chat completions (`chat`) or legacy text completions, as one JSON body or SSE chunks."""
+
+    model: str
+    chat: bool
+    include_usage: bool = False
+    media_type = "text/event-stream"
+    created: int = field(default_factory=now)
+    id: str = ""
+
+    def __post_init__(self):
+        self.id = self.id or ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex[:24]
+
+    @property
+    def _object(self) -> str:
+        return "chat.completion" if self.chat else "text_completion"
+
+    def complete(self, result: Result) -> dict:
+        reason = finish.openai(result.done.finish_reason)
+        if self.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": result.text, "refusal": None},
+                      "logprobs": None, "finish_reason": reason}
+        else:
+            choice = {"index": 0, "text": result.text, "logprobs": None, "finish_reason": reason}
+        return {"id": self.id, "object": self._object, "created": self.created, "model": self.model,
+                "system_fingerprint": None, "choices": [choice], "usage": _usage(result.done.usage)}
+
+    def _chunk(self, choices: list, usage: dict | None = None) -> str:
+        body = {"id": self.id, "object": self._object + (".chunk" if self.chat else ""), "created": self.created,
+                "model": self.model, "system_fingerprint": None, "choices": choices}
+        if self.include_usage:
+            body["usage"] = usage
+        return _sse(body)
+
+    def _choice(self, text: str | None, reason: str | None, first: bool = False) -> dict:
+        if self.chat:
+            delta = {"role": "assistant", "content": text or ""} if first else ({"content": text} if text else {})
+            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+        return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
+
+    async def stream(self, events: AsyncIterator[Event]):
+        if self.chat:
+            yield Preamble(self._chunk([self._choice("", None, first=True)]))
+        async for event in events:
+            if isinstance(event, TextDelta):
+                yield self._chunk([self._choice(event.text, None)])
+            elif isinstance(event, Done):
+                yield self._chunk([self._choice(None, finish.openai(event.finish_reason))])
+                if self.include_usage:
+                    yield self._chunk([], _usage(event.usage))
+        yield _sse("[DONE]")
+
+    def stream_error(self, error: ServiceError) -> str:
+        return _sse(error_body(OPENAI, error, self.id)) + _sse("[DONE]")
+
+
+def _view(body: _Base, chat: bool):
     include = bool(body.stream_options and body.stream_options.get("include_usage"))
-    return await _run(request, req, body.stream, include, chat=False)
+    return lambda gen: OpenAIView(gen.model, chat, include)
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request):
+    body = await parse_body(request, ChatRequest)
+    return await respond(request, chat_request(body), _view(body, chat=True))
+
+
+@router.post("/v1/completions")
+async def completions(request: Request):
+    body = await parse_body(request, CompletionRequest)
+    return await respond(request, completion_request(body), _view(body, chat=False))
 
 
 def _model_object(name: str, created: int, extra: dict | None = None) -> dict:
@@ -171,8 +192,9 @@ async def list_models(request: Request):
 async def loaded_models(request: Request):
     manager = request.app.state.manager
     return {"object": "list", "data": [
-        _model_object(s.name, int(s.loaded_at), {"active_requests": s.active, "waiting_requests": s.waiting,
-                                                 "memory_bytes": s.handle.active_bytes if s.handle else 0,
+        _model_object(s.name, int(s.loaded_at), {"active_requests": s.generating, "waiting_requests": s.waiting,
+                                                 "batch_size": s.runner.capacity, "runner": s.runner.stats(),
+                                                 "memory_bytes": s.runner.memory_bytes,
                                                  "load_seconds": round(s.load_seconds, 4),
                                                  "estimate_bytes": s.target.estimate_bytes})
         for s in manager.models.values()]}

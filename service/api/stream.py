@@ -1,87 +1,106 @@
-"""Bridge one generation from the MLX thread to the event loop as an async stream of text deltas.
+"""One generation from a dialect's point of view, and the one skeleton every dialect answers through.
 
-The first delta is awaited before an HTTP response starts, so anything that fails early (a bad template, an
-empty prompt, a timeout before the first token) is a normal error response in the caller's dialect. Pieces
-that arrive while the event loop is busy are sent together, and the loop is woken once per batch rather than
-once per token, which keeps the serving overhead small for fast models. When the client goes away, the
-generation is told to stop and the model's slot is released once it has.
+The first event is awaited before an HTTP response starts, so anything that fails early (an unknown model, a
+full queue, a bad template, a timeout before the first token) is an ordinary error response in the caller's
+dialect. After that, errors travel inside the stream. When the client goes away, the stream is closed, which
+cancels the job; the model's lease is released once the runner has let go of it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
+from typing import AsyncIterator, Callable, Protocol
 
 import anyio
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from ..engine.types import Completion, GenerationRequest
-from ..manager import ModelManager, Served
+from ..engine.events import Event, Result
+from ..engine.request import GenerationRequest
+from ..errors import ServiceError
+from ..manager import Lease, ModelManager
 
 
-class _Pipe:
-    """Text pieces from the MLX thread to the event loop.
+class Generation:
+    def __init__(self, lease: Lease, events: AsyncIterator[Event], first: Event):
+        self._lease, self._events, self._first = lease, events, first
+        self._closed = False
 
-    After the first piece, pieces are handed out at most every `interval` seconds (one display frame): a fast
-    model then sends a few tokens per chunk instead of one, which no reader can see and which saves the
-    encoding, system calls and thread wake-ups that would otherwise compete with decoding for the CPU. The MLX
-    thread wakes the loop only when the loop is actually waiting for text, never during its pause.
+    @property
+    def model(self) -> str:
+        return self._lease.served.name
 
-    The first piece gets the GIL to itself: the MLX thread waits (at most `handoff` seconds) until the event
-    loop has sent it and asks for more. Otherwise the loop's work for the response head and the first chunk
-    would be interleaved, switch interval by switch interval, with building the next tokens' graphs, and the
-    time to first token would grow by a millisecond or two for a gain of a fraction of one token.
-    """
+    @property
+    def load_seconds(self) -> float:
+        """The load this request waited for (0 when the model was loaded already)."""
+        return self._lease.served.load_seconds if self._lease.waited_for_load else 0.0
 
-    interval = 1 / 60
-    handoff = 0.01
+    @classmethod
+    async def start(cls, manager: ModelManager, req: GenerationRequest) -> Generation:
+        lease = await manager.lease(req.model, req.keep_alive)
+        events = None
+        try:
+            events = lease.served.runner.submit(manager.job(lease.served, req))
+            first = await events.__anext__()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                if events is not None:
+                    await events.aclose()
+            await lease.release()
+            raise
+        return cls(lease, events, first)
 
-    def __init__(self, loop: asyncio.AbstractEventLoop):
-        self._loop = loop
-        self._last = 0.0
-        self._lock = threading.Lock()
-        self._pieces: list[str] = []
-        self._waiting = False  # the loop is parked on `_ready` and must be woken for new text
-        self._ready = asyncio.Event()
-        self._first_sent = threading.Event()
-        self._put_any = False  # MLX thread only
-        self._gets = 0  # event loop only
-        self.closed = False
+    async def events(self) -> AsyncIterator[Event]:
+        try:
+            yield self._first
+            async for event in self._events:
+                yield event
+        finally:
+            await self.close()
 
-    def put(self, text: str) -> None:  # MLX thread
-        with self._lock:
-            self._pieces.append(text)
-            wake, self._waiting = self._waiting, False
-        if wake:
-            self._loop.call_soon_threadsafe(self._ready.set)
-        if not self._put_any:
-            self._put_any = True
-            self._first_sent.wait(self.handoff)
+    async def result(self) -> Result:
+        result = Result()
+        async for event in self.events():
+            result.add(event)
+        return result
 
-    def close(self) -> None:  # event loop, once the generation has finished
-        self.closed = True
-        self._first_sent.set()
-        self._ready.set()
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.CancelScope(shield=True):  # finish cleaning up even when the client's task is cancelled
+            await self._events.aclose()
+        await self._lease.release()
 
-    async def get(self) -> str | None:
-        """The text gathered since the last call; None once the generation is over and everything was read."""
-        self._gets += 1
-        if self._gets == 2:  # the first piece has been sent: let the MLX thread go on
-            self._first_sent.set()
-        wait = self._last + self.interval - self._loop.time()
-        if self._last and wait > 0 and not self.closed:
-            await asyncio.sleep(wait)
-        self._last = self._loop.time()
-        while True:
-            with self._lock:
-                pieces, self._pieces = self._pieces, []
-                if not pieces and not self.closed:
-                    self._ready.clear()
-                    self._waiting = True
-            if pieces:
-                return "".join(pieces)
-            if self.closed:
-                return None
-            await self._ready.wait()
+
+class View(Protocol):
+    """A dialect's rendering of one generation."""
+
+    media_type: str
+
+    def complete(self, result: Result) -> dict: ...
+
+    def stream(self, events: AsyncIterator[Event]) -> AsyncIterator[str]: ...
+
+    def stream_error(self, error: ServiceError) -> str: ...
+
+
+async def respond(request: Request, req: GenerationRequest, view_for: Callable[[Generation], View]) -> Response:
+    gen = await Generation.start(request.app.state.manager, req)
+    view = view_for(gen)
+    if not req.stream:
+        return JSONResponse(view.complete(await gen.result()))
+
+    async def body():
+        try:
+            async for chunk in view.stream(gen.events()):
+                yield chunk
+        except ServiceError as exc:  # after the 200: the error travels in the stream
+            yield view.stream_error(exc)
+        finally:
+            await gen.close()
+
+    return StreamingResponse(coalesced(body()), media_type=view.media_type,
+                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
 
 
 class Preamble(str):
@@ -103,55 +122,3 @@ async def coalesced(events):
             yield held
     finally:
         await events.aclose()  # a client that left closes this wrapper; the dialect's cleanup must run now
-
-
-class Generation:
-    def __init__(self, served: Served, lease, task: asyncio.Task, pipe: _Pipe, cancel: threading.Event):
-        self.served, self._lease, self._task, self._pipe, self._cancel = served, lease, task, pipe, cancel
-        self._first: str | None = None
-        self.completion: Completion | None = None
-
-    @classmethod
-    async def start(cls, manager: ModelManager, req: GenerationRequest) -> Generation:
-        lease = manager.use(req.model, req.keep_alive)
-        served = await lease.__aenter__()
-        pipe = _Pipe(asyncio.get_running_loop())
-        cancel = threading.Event()
-        task = asyncio.ensure_future(manager.generate(served, req, pipe.put, cancel))
-        task.add_done_callback(lambda _: pipe.close())
-        self = cls(served, lease, task, pipe, cancel)
-        try:
-            self._first = await pipe.get()
-            if self._first is None:
-                self.completion = task.result()  # raises the generation's error before any byte is sent
-        except BaseException:
-            await self.close()
-            raise
-        return self
-
-    async def deltas(self):
-        """Text as it is generated; `completion` is set when this is exhausted."""
-        try:
-            piece = self._first
-            while piece is not None:
-                yield piece
-                piece = await self._pipe.get()
-            self.completion = self._task.result()
-        finally:
-            await self.close()
-
-    async def text(self) -> str:
-        return "".join([piece async for piece in self.deltas()])
-
-    async def close(self) -> None:
-        if self._lease is None:
-            return
-        lease, self._lease = self._lease, None
-        with anyio.CancelScope(shield=True):  # finish cleaning up even when the client's task is cancelled
-            if not self._task.done():
-                self._cancel.set()
-            try:
-                await self._task
-            except BaseException:
-                pass
-            await lease.__aexit__(None, None, None)

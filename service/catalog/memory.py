@@ -116,8 +116,11 @@ def activation_bytes(model: Model, context: int, element_bytes: int, fused_atten
 
 
 def estimate(entry: Entry, context: int | None = None, parallel: int = 1, kv_bits: int | None = None,
-             fused_attention: bool | None = None) -> MemoryEstimate:
+             fused_attention: bool | None = None, prefill_parallel: int | None = None) -> MemoryEstimate:
     """Memory to serve `entry` with `parallel` sequences of `context` tokens (default: the family's context).
+
+    Every sequence holds its own KV cache; prefill activations grow only with the sequences prefilled together
+    (`prefill_parallel`, default all of them), since a batch prefills a few newcomers at a time.
 
     `fused_attention` defaults to the platform: MLX's Metal backend fuses attention, the CPU backend does not.
     """
@@ -133,7 +136,7 @@ def estimate(entry: Entry, context: int | None = None, parallel: int = 1, kv_bit
     return MemoryEstimate(
         weights=int(weights),
         kv_cache=kv_one * parallel,
-        activations=activations * parallel,
+        activations=activations * min(parallel, prefill_parallel or parallel),
         context=context,
         parallel=parallel,
         kv_bytes_per_token=per_token,

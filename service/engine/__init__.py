@@ -1,1 +1,2 @@
-"""The MLX engine: one internal request/response model, a dedicated MLX thread, and the decode loop."""
+"""Runner-neutral data: what a dialect asks for (`request`), the fully resolved job a runner executes (`job`),
+and the typed events a runner answers with (`events`). Nothing here imports MLX."""

@@ -1,4 +1,4 @@
-"""The internal request/response model every API dialect translates to and from."""
+"""The one internal request every API dialect translates its body into."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from ..catalog.model import Sampling as CatalogSampling
 
 
-@dataclass
+@dataclass(frozen=True)
 class Message:
     role: str  # system | user | assistant | tool
     content: str
@@ -15,7 +15,7 @@ class Message:
 
 @dataclass(frozen=True)
 class Sampling(CatalogSampling):
-    """Request sampling; None means: the catalog family's default, else the engine's."""
+    """What the request asked for; None means: not said (the catalog family's default, else the engine's)."""
 
     seed: int | None = None
 
@@ -25,23 +25,9 @@ class GenerationRequest:
     model: str
     messages: list[Message] | None = None  # chat; else `prompt` is used as is
     prompt: str | None = None
-    max_tokens: int | None = None
+    max_tokens: int | None = None  # None: the engine's cap (MLX_SERVICE_MAX_TOKENS)
     stop: list[str] = field(default_factory=list)
     sampling: Sampling = field(default_factory=Sampling)
     keep_alive: float | None = None  # seconds; None = leave the model's current setting
     ignore_eos: bool = False  # generate exactly max_tokens (benchmarks); as vLLM's `ignore_eos`
-
-
-@dataclass
-class Completion:
-    """The outcome of one generation. `finish_reason`: stop | length | stop_sequence | cancelled."""
-
-    text: str
-    finish_reason: str
-    prompt_tokens: int
-    completion_tokens: int
-    stop_sequence: str | None = None
-    cached_tokens: int = 0
-    prompt_seconds: float = 0.0
-    decode_seconds: float = 0.0
-    total_seconds: float = 0.0
+    stream: bool = False
