@@ -198,6 +198,7 @@ class MlxLmRunner:
                     else:
                         running[live.uid] = live
                 self._running, self._waiting = len(running), len(waiting)
+                self._counts["peak_running"] = max(self._counts["peak_running"], len(running))
                 if not running:
                     continue
                 _, responses = batch.next()
@@ -220,6 +221,7 @@ class MlxLmRunner:
             batch.remove(gone)
             for uid in gone:
                 self._end_early(running.pop(uid), now)
+            self._running = len(running)
 
     def _end_early(self, live: _Live, now: float) -> None:
         if live.job.cancel.is_set():

@@ -1,0 +1,128 @@
+"""Continuous batching in the mlx-lm runner, through a real server and the tiny generated models: requests join
+a running batch and leave it on their own terms, a cancelled one leaves the others alone, the queue is counted
+beyond the batch, and two models do not wait for each other."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+
+import httpx
+import pytest
+
+from .conftest import pick_stop
+from .server import Server
+
+LONG = 100000
+
+
+def chat(srv: Server, content: str, model: str = "tiny", **kw) -> httpx.Response:
+    body = {"model": model, "messages": [{"role": "user", "content": content}], "temperature": 0, **kw}
+    return httpx.post(srv.url + "/v1/chat/completions", json=body, timeout=60)
+
+
+@contextmanager
+def anchor(srv: Server, model: str = "tiny"):
+    """A stream that decodes until it is closed, so the requests sent meanwhile join a running batch."""
+    body = {"model": model, "messages": [{"role": "user", "content": "go on forever"}], "max_tokens": LONG,
+            "stream": True, "ignore_eos": True}
+    with httpx.stream("POST", srv.url + "/v1/chat/completions", json=body, timeout=60) as r:
+        lines = r.iter_lines()  # keep the iterator: dropping it closes the stream (a disconnect)
+        next(lines)
+        yield lines
+
+
+def next_data(lines) -> str:
+    """The next SSE data line (events are separated by blank lines)."""
+    return next(line for line in lines if line)
+
+
+def in_parallel(*calls):
+    results = [None] * len(calls)
+
+    def run(i, call):
+        results[i] = call()
+
+    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+@pytest.fixture(scope="module")
+def srv(models_dir):
+    with Server(models_dir, max_tokens=LONG, enable_prefix_cache=False) as s:
+        yield s
+
+
+def _runner(srv: Server, name: str = "tiny:s-f32"):
+    return srv.manager.models[name].runner
+
+
+def test_requests_joining_a_batch_get_what_they_would_get_alone(srv):
+    prompts = [f"question {i}: " + "what does the cat read? " * (1 + i % 3) for i in range(6)]
+    alone = [chat(srv, p, max_tokens=6 + i).json() for i, p in enumerate(prompts)]
+    texts = [a["choices"][0]["message"]["content"] for a in alone]
+    stops = [pick_stop(t) if i % 2 else None for i, t in enumerate(texts)]  # every other one has a stop string
+    with anchor(srv):
+        batched = in_parallel(*(lambda i=i: chat(srv, prompts[i], max_tokens=6 + i, stop=stops[i]).json()
+                                for i in range(6)))
+    assert _runner(srv).stats()["peak_running"] >= 2
+    for i, (one, many) in enumerate(zip(alone, batched)):
+        text = many["choices"][0]["message"]["content"]
+        if stops[i] is None:
+            assert text == texts[i] and many["usage"]["completion_tokens"] == 6 + i  # its own max_tokens
+            assert many["choices"][0]["finish_reason"] == one["choices"][0]["finish_reason"]
+        else:
+            assert text == texts[i][: texts[i].index(stops[i])] and many["choices"][0]["finish_reason"] == "stop"
+        assert many["usage"]["prompt_tokens"] == one["usage"]["prompt_tokens"]
+
+
+def test_cancelling_one_stream_leaves_the_others_running(srv):
+    stats = _runner(srv).stats
+    assert srv.wait(lambda: stats()["running"] == 0, timeout=30)  # earlier tests' streams have left
+    cancelled = stats().get("cancelled", 0)
+    with anchor(srv) as kept:
+        with anchor(srv) as dropped:
+            next_data(dropped)
+        assert srv.wait(lambda: stats().get("cancelled", 0) == cancelled + 1 and stats()["running"] == 1,
+                        timeout=30)
+        r = chat(srv, "a short one", max_tokens=12, ignore_eos=True)
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 12
+        for _ in range(3):
+            assert next_data(kept).startswith("data: ")  # the first stream still decodes
+    assert srv.wait(lambda: stats()["running"] == 0, timeout=30)
+
+
+def test_seeded_sampling_in_a_batch_is_what_it_is_alone(srv):
+    kw = dict(max_tokens=12, temperature=1.0, seed=42)
+    alone = chat(srv, "tell me", **kw).json()["choices"][0]["message"]["content"]
+    with anchor(srv):
+        a, b = in_parallel(lambda: chat(srv, "tell me", **kw), lambda: chat(srv, "tell me", **kw))
+    assert a.json()["choices"][0]["message"]["content"] == b.json()["choices"][0]["message"]["content"] == alone
+
+
+def test_the_queue_is_counted_beyond_a_full_batch(models_dir):
+    with Server(models_dir, max_tokens=LONG, batch_size=2, max_queue=1) as srv:
+        with anchor(srv), anchor(srv) as second:
+            served = srv.manager.models["tiny:s-f32"]
+            waiting = threading.Thread(target=lambda: results.append(chat(srv, "waiting", max_tokens=3)))
+            results: list = []
+            waiting.start()
+            assert srv.wait(lambda: served.waiting == 1)
+            refused = chat(srv, "one too many", max_tokens=3)
+            assert refused.status_code == 503 and "behind a full batch of 2" in refused.json()["error"]["message"]
+            assert served.runner.stats()["running"] == 2 and not results
+            second.close()  # a place in the batch frees up: the waiting request runs
+            waiting.join(30)
+            assert results[0].status_code == 200 and results[0].json()["usage"]["completion_tokens"] == 3
+
+
+def test_a_second_model_is_loaded_and_served_while_the_first_generates(srv):
+    with anchor(srv, "tiny:s-f32") as first:
+        r = chat(srv, "quick", model="tiny:s-f32b", max_tokens=8, ignore_eos=True)
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 8
+        assert _runner(srv).stats()["running"] == 1  # the first model's stream is still going
+        assert next_data(first).startswith("data: ")
