@@ -32,6 +32,19 @@ def write(name: str, payload: dict) -> Path:
     return path
 
 
+def update_readme(script: str, text: str) -> None:
+    """Replace the section of bench/README.md headed by `script` (e.g. "bench/serve.py") with `text`, keeping
+    the other sections and the notes written under its table."""
+    readme = Path(__file__).resolve().parent / "README.md"
+    m = machine()
+    marker = f"## {script}"
+    section = f"{marker} ({m['date']}, {m['machine']}, {m['cpus']} CPUs, {m['platform']})\n\n```\n{text}\n```\n"
+    old = readme.read_text() if readme.exists() else "# Benchmarks\n\n"
+    head, _, rest = old.partition(marker)
+    after = rest.split("```", 2)[2].lstrip("\n") if rest.count("```") >= 2 else ""  # notes, later sections
+    readme.write_text(head.rstrip() + "\n\n" + section + ("\n" + after if after else ""))
+
+
 def bench_catalog():
     """The built-in catalog plus the benchmark models declared in bench/catalog/."""
     from service.catalog import load_catalog

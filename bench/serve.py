@@ -37,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from _report import RESULTS, build, machine, table, write  # noqa: E402
+from _report import RESULTS, build, table, update_readme, write  # noqa: E402
 
 # tag, tokens decoded per run, measured rounds, load rounds
 MODELS = {"tiny": ("bench-serve:tiny-f32", 128, 48, 25), "0.5b": ("bench-serve:0.5b-f32", 24, 10, 5)}
@@ -55,6 +55,8 @@ def prompts(tokenizer, count: int) -> list[list[dict]]:
 
     want, out, k = length(100), [], 100
     while len(out) < count:
+        if k == 1000:  # longer numbers are other token counts
+            raise ValueError(f"only {len(out)} prompts of {want} tokens; {count} were asked for")
         if length(k) == want:
             out.append(chat(k))
         k += 1
@@ -384,19 +386,8 @@ def main() -> None:
     print(text)
     path = write("serve", {"rows": rows})
     print(f"\nwrote {path.relative_to(ROOT)}")
-    update_readme(text)
+    update_readme("bench/serve.py", text)
 
-
-def update_readme(text: str) -> None:
-    """Replace this benchmark's section of bench/README.md, keeping the others and the notes under its table."""
-    readme = HERE / "README.md"
-    m = machine()
-    marker = "## bench/serve.py"
-    section = f"{marker} ({m['date']}, {m['machine']}, {m['cpus']} CPUs, {m['platform']})\n\n```\n{text}\n```\n"
-    old = readme.read_text() if readme.exists() else "# Benchmarks\n\n"
-    head, _, rest = old.partition(marker)
-    after = rest.split("```", 2)[2].lstrip("\n") if rest.count("```") >= 2 else ""  # notes, later sections
-    readme.write_text(head.rstrip() + "\n\n" + section + ("\n" + after if after else ""))
 
 if __name__ == "__main__":
     main()

@@ -4,6 +4,7 @@ beyond the batch, and two models do not wait for each other."""
 
 from __future__ import annotations
 
+import json
 import threading
 from contextlib import contextmanager
 
@@ -126,3 +127,57 @@ def test_a_second_model_is_loaded_and_served_while_the_first_generates(srv):
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 8
         assert _runner(srv).stats()["running"] == 1  # the first model's stream is still going
         assert next_data(first).startswith("data: ")
+
+
+@pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 1.0, "seed": 7}])
+def test_a_job_decoding_alone_moves_into_the_batch_unchanged(srv, sampling):
+    """Alone, a job decodes on mlx-lm's generate_step; when company arrives it continues in the batch."""
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "a long tale"}], "max_tokens": 300,
+            "ignore_eos": True, "stream": True, **sampling}
+    alone = chat(srv, "a long tale", max_tokens=300, ignore_eos=True, **sampling).json()
+    with httpx.stream("POST", srv.url + "/v1/chat/completions", json=body, timeout=60) as r:
+        lines = r.iter_lines()
+        head = [next_data(lines) for _ in range(2)]  # it is decoding, alone
+        with anchor(srv):  # company: both now run in the batch
+            rest = list(lines)
+    assert _runner(srv).stats()["peak_running"] >= 2
+    chunks = [line[6:] for line in head + rest if line.startswith("data: {")]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in map(json.loads, chunks) if c["choices"])
+    assert text == alone["choices"][0]["message"]["content"]
+
+
+def test_a_long_prompt_prefilled_alone_moves_into_the_batch_unchanged(srv):
+    """Company arriving during a solo prefill (chunks of 8 tokens here): the batch prefills the rest."""
+    import asyncio
+
+    from service.catalog.model import Sampling as FamilySampling
+    from service.engine.events import TextDelta
+    from service.engine.job import build_job
+    from service.engine.request import GenerationRequest, Sampling
+    from service.runners import LoadSpec
+    from service.runners.mlx_lm import open_runner
+
+    path = srv.manager.resolve("tiny").path  # built by the earlier tests of this module
+
+    def job(prompt: str, tokens: int):
+        req = GenerationRequest(model="t", prompt=prompt, max_tokens=tokens, ignore_eos=True,
+                                sampling=Sampling(temperature=0))
+        return build_job(req, FamilySampling(), max_tokens=1000, timeout=60)
+
+    async def text(runner, j) -> str:
+        return "".join([e.text async for e in runner.submit(j) if isinstance(e, TextDelta)])
+
+    async def main():
+        runner = await open_runner(LoadSpec(name="t", path=path, batch_size=4, prefill_step_size=8))
+        try:
+            story = "the cat and the library and the book " * 25
+            alone = await text(runner, job(story, 20))
+            first = asyncio.ensure_future(text(runner, job(story, 20)))
+            while runner.stats()["running"] == 0:
+                await asyncio.sleep(0)
+            joined, _ = await asyncio.gather(first, text(runner, job("short one", 5)))
+            assert joined == alone and runner.stats()["peak_running"] == 2
+        finally:
+            await runner.close()
+
+    asyncio.run(main())

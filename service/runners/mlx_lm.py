@@ -50,10 +50,15 @@ class _Live:
     first: float = 0.0
     uid: int = -1
     tokens: list[int] = field(default_factory=list)  # the prompt
-    cached: int = 0
-    generated: int = 0
+    cached: int = 0  # prompt tokens that came from the prefix cache
+    out: list[int] = field(default_factory=list)  # generated tokens
+    cache: Any = None  # its KV cache while it is not in the batch (waiting to be inserted, or solo)
+    steps: Any = None  # the solo job's generate_step iterator
+    sampler: Any = None
+    processors: list = field(default_factory=list)
     detokenizer: Any = None
     matcher: StopMatcher | None = None
+    stop_sequence: str | None = None  # which of the request's stop strings ended it
     sent_text: bool = False
 
 
@@ -165,65 +170,86 @@ class MlxLmRunner:
         self.prompt_cache = (LRUPromptCache(max_size=spec.cache_entries, max_bytes=spec.cache_bytes)
                              if spec.cache_entries > 0 else None)
         self._eos = list(self.tokenizer.eos_token_ids)
-
-    def _serve(self, stream) -> None:
-        from mlx_lm.generate import BatchGenerator, StopSequences
         from mlx_lm.sample_utils import greedy_sampler
 
+        self._greedy, self._greedy_banning = greedy_sampler, _banning(self._eos, greedy_sampler)
+
+    def _serve(self, stream) -> None:
+        import mlx.core as mx
+        from mlx_lm.generate import BatchGenerator, StopSequences
+        from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
+
         spec = self._spec
-        batch = BatchGenerator(self.model, sampler=greedy_sampler, completion_batch_size=self.capacity,
+        batch = BatchGenerator(self.model, sampler=self._greedy, completion_batch_size=self.capacity,
                                prefill_batch_size=max(1, min(spec.prefill_batch_size, self.capacity)),
                                prefill_step_size=spec.prefill_step_size, stream=stream)
-        stops = {False: StopSequences([(t,) for t in self._eos]), True: StopSequences()}  # by ignore_eos
+        self._stops = {False: StopSequences([(t,) for t in self._eos]), True: StopSequences()}  # by ignore_eos
+        solo_ok = can_trim_prompt_cache(make_prompt_cache(self.model))  # a solo job can move into the batch
         running: dict[int, _Live] = {}
         waiting: deque[_Live] = deque()
+        solo: _Live | None = None  # a job decoding alone, on mlx-lm's generate_step: no batch bookkeeping
         try:
-            while True:
-                with self._lock:
-                    while not (self._inbox or running or waiting or self._closing):
-                        self._lock.wait()
-                    waiting.extend(self._inbox)
-                    self._inbox.clear()
-                    if self._closing and not running and not waiting:
-                        return
-                self._expire(waiting, batch, running)
-                while waiting and len(running) < self.capacity:
-                    live = waiting.popleft()
-                    try:
-                        self._admit(live, batch, stops)
-                    except Exception as exc:  # the request's fault (template, empty prompt): its error only
-                        self._counts["failed"] += 1
-                        live.channel.fail(exc if isinstance(exc, BadRequest) else
-                                          BadRequest(f"{self.name} cannot run this request: {exc}"))
-                    else:
-                        running[live.uid] = live
-                self._running, self._waiting = len(running), len(waiting)
-                self._counts["peak_running"] = max(self._counts["peak_running"], len(running))
-                if not running:
-                    continue
-                _, responses = batch.next()
-                self._counts["steps"] += 1
-                alone = len(running) == 1 and not waiting
-                for r in responses:
-                    self._on_token(running, r, batch, alone)
-                self._running = len(running)
+            with mx.stream(stream):
+                while True:
+                    if self._inbox or self._closing or not (running or solo):  # a deque is safe to peek at
+                        with self._lock:
+                            while not (self._inbox or running or waiting or solo or self._closing):
+                                self._lock.wait()
+                            waiting.extend(self._inbox)
+                            self._inbox.clear()
+                            if self._closing and not (running or waiting or solo):
+                                return
+                    solo = self._expire(waiting, batch, running, solo)
+                    if solo is not None and waiting:  # company: the solo job continues in the batch
+                        running[self._to_batch(solo, batch)] = solo
+                        solo = None
+                    while waiting and len(running) < self.capacity:
+                        live = waiting.popleft()
+                        try:
+                            self._prepare(live)
+                        except Exception as exc:  # the request's fault (template, empty prompt): its error only
+                            self._counts["failed"] += 1
+                            live.channel.fail(exc if isinstance(exc, BadRequest) else
+                                              BadRequest(f"{self.name} cannot run this request: {exc}"))
+                            continue
+                        if solo_ok and not running and not waiting and solo is None:
+                            solo = live
+                        else:
+                            running[self._to_batch(live, batch)] = live
+                    self._running, self._waiting = len(running) + (solo is not None), len(waiting)
+                    self._counts["peak_running"] = max(self._counts["peak_running"], self._running)
+                    if solo is not None:
+                        solo = self._solo_step(solo)
+                    elif running:
+                        self._batch_step(batch, running, alone=len(running) == 1 and not waiting)
+                    self._running = len(running) + (solo is not None)
         finally:
             batch.close()
 
-    def _expire(self, waiting: deque[_Live], batch, running: dict[int, _Live]) -> None:
-        """Jobs whose client left or whose deadline passed leave now, before the next step."""
+    def _expire(self, waiting: deque[_Live], batch, running: dict[int, _Live], solo: _Live | None):
+        """Jobs whose client left or whose deadline passed leave now, before the next step; returns `solo`,
+        or None when it left."""
         now = time.monotonic()
-        for live in [w for w in waiting if w.job.cancel.is_set() or now > w.job.deadline]:
+
+        def over(live: _Live) -> bool:
+            return live.job.cancel.is_set() or now > live.job.deadline
+
+        for live in [w for w in waiting if over(w)]:
             waiting.remove(live)
-            self._end_early(live, now)
-        gone = [uid for uid, live in running.items() if live.job.cancel.is_set() or now > live.job.deadline]
+            self._end_early(live)
+        gone = [uid for uid, live in running.items() if over(live)]
         if gone:
             batch.remove(gone)
             for uid in gone:
-                self._end_early(running.pop(uid), now)
-            self._running = len(running)
+                self._end_early(running.pop(uid))
+            self._running = len(running) + (solo is not None)
+        if solo is not None and over(solo):
+            self._drop_steps(solo)
+            self._end_early(solo)
+            return None
+        return solo
 
-    def _end_early(self, live: _Live, now: float) -> None:
+    def _end_early(self, live: _Live) -> None:
         if live.job.cancel.is_set():
             self._counts["cancelled"] += 1
             self._finish(live, FinishReason.CANCELLED)
@@ -232,62 +258,133 @@ class MlxLmRunner:
             live.channel.fail(GenerationTimeout(f"generation took longer than the {live.job.timeout:g} s limit "
                                                 "(MLX_SERVICE_GENERATION_TIMEOUT)"))
 
-    def _admit(self, live: _Live, batch, stops) -> None:
+    def _prepare(self, live: _Live) -> None:
+        """Template, tokenize, find a cached prefix: everything a job needs before it runs, solo or batched."""
         job = live.job
         live.admitted = time.perf_counter()
         live.tokens = self._prompt_tokens(job)
         if not live.tokens:
             raise BadRequest("the prompt is empty")
-        cache, rest = self._prefix(live.tokens)
+        live.cache, rest = self._prefix(live.tokens)
         live.cached = len(live.tokens) - len(rest)
         live.detokenizer = self.tokenizer.detokenizer
         live.detokenizer.reset()
         live.matcher = StopMatcher(list(job.stop) + ([] if job.ignore_eos else list(self._spec.stops)))
-        (live.uid,) = batch.insert([rest], max_tokens=[job.max_tokens], caches=[cache],
-                                   all_tokens=[live.tokens[:live.cached]], samplers=[_sampler(job.sampling)],
-                                   logits_processors=[self._processors(job)],
-                                   stop_sequences=[stops[job.ignore_eos]])
+        live.sampler, live.processors = self._sampler(job), self._processors(job)
 
-    def _on_token(self, running: dict[int, _Live], r, batch, alone: bool) -> None:
-        live = running.get(r.uid)
-        if live is None:
-            return
+    def _to_batch(self, live: _Live, batch) -> int:
+        """Insert a job into the batch with the cache it has so far: it holds `seen[:k]`, the batch feeds the
+        rest. A solo job's cache already holds its last token (generate_step runs one step ahead), so that
+        one token is trimmed and fed again: the batch needs its logits."""
+        from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+
+        self._drop_steps(live)
+        seen = live.tokens + live.out
+        cache = live.cache
+        held = cache[0].offset if cache and hasattr(cache[0], "offset") else 0
+        if held >= len(seen):
+            if can_trim_prompt_cache(cache):
+                trim_prompt_cache(cache, held - len(seen) + 1)
+                held = len(seen) - 1
+            else:
+                cache, held = make_prompt_cache(self.model), 0
+        live.cache = None
+        job = live.job
+        (uid,) = batch.insert([seen[held:]], max_tokens=[job.max_tokens - len(live.out)], caches=[cache],
+                              all_tokens=[seen[:held]], samplers=[live.sampler],
+                              logits_processors=[live.processors], stop_sequences=[self._stops[job.ignore_eos]])
+        live.uid = uid
+        return uid
+
+    def _drop_steps(self, live: _Live) -> None:
+        if live.steps is not None:
+            live.steps.close()
+            live.steps = None
+            if hasattr(live.sampler, "rewind"):  # the step it ran ahead drew a random key it never used
+                live.sampler.rewind()
+
+    def _solo_step(self, live: _Live) -> _Live | None:
+        """One prefill chunk or one token of the solo job; returns it, or None once it finished."""
+        import mlx.core as mx
+        from mlx_lm.generate import generate_step
+
+        job = live.job
+        if live.steps is None:
+            rest = live.tokens[live.cached:] if not live.out else []
+            done = live.cache[0].offset - live.cached if live.cache and hasattr(live.cache[0], "offset") else 0
+            rest = rest[max(done, 0):]
+            if len(rest) > 1:  # prefill all but the last token, a chunk per loop so newcomers can join
+                chunk = rest[: min(self._spec.prefill_step_size, len(rest) - 1)]
+                self.model(mx.array(chunk)[None], cache=live.cache)
+                mx.eval([c.state for c in live.cache])
+                return live
+            live.steps = generate_step(mx.array(rest), self.model, max_tokens=job.max_tokens,
+                                       sampler=live.sampler, logits_processors=live.processors or None,
+                                       prompt_cache=live.cache, stream=mx.default_stream(mx.default_device()))
+        token = next(live.steps)[0]
+        token = token.item() if hasattr(token, "item") else token
+        eos = not job.ignore_eos and token in self._eos
+        reason = self._token(live, token, eos, len(live.out) + 1 >= job.max_tokens, alone=True)
+        if reason is None:
+            return live
+        self._drop_steps(live)
+        self._remember(live.tokens + live.out, live.cache)
+        live.cache = None
+        self._finish(live, reason)
+        return None
+
+    def _batch_step(self, batch, running: dict[int, _Live], alone: bool) -> None:
+        _, responses = batch.next()
+        self._counts["steps"] += 1
+        for r in responses:
+            live = running.get(r.uid)
+            if live is None:
+                continue
+            reason = self._token(live, r.token, r.finish_reason == "stop", r.finish_reason == "length", alone)
+            if reason is None:
+                continue
+            del running[r.uid]
+            if r.finish_reason is not None:
+                self._remember(list(r.all_tokens), r.prompt_cache)
+            else:  # a stop string: the batch does not know it, so take the job out
+                kept = batch.remove([r.uid], return_prompt_caches=True).get(r.uid)
+                if kept is not None:
+                    self._remember(list(kept[1]), kept[0])
+            self._finish(live, reason)
+
+    def _token(self, live: _Live, token: int, eos: bool, last: bool, alone: bool) -> FinishReason | None:
+        """Feed one generated token to its job; the reason the job ends with it, if it does."""
         if not live.first:
             live.first = time.perf_counter()
-        live.generated += 1
-        if r.finish_reason != "stop":  # the end-of-sequence token itself is not text
-            live.detokenizer.add_token(r.token)
-        if r.finish_reason is not None:
+        live.out.append(token)
+        if not eos:  # the end-of-sequence token itself is not text
+            live.detokenizer.add_token(token)
+        if eos or last:
             live.detokenizer.finalize()
         piece = live.matcher.feed(live.detokenizer.last_segment)
         if piece:
             live.channel.put(TextDelta(piece), hold=alone and not live.sent_text)
             live.sent_text = True
         matched = live.matcher.matched
-        if matched is not None:  # a stop string: the batch does not know it, so take the job out
-            del running[r.uid]
-            kept = batch.remove([r.uid], return_prompt_caches=True).get(r.uid)
-            if kept is not None:
-                self._remember(list(kept[1]), kept[0])
-            self._finish(live, FinishReason.STOP_SEQUENCE if matched in live.job.stop else FinishReason.STOP,
-                         matched if matched in live.job.stop else None)
-        elif r.finish_reason is not None:
-            del running[r.uid]
+        if matched is not None:
+            live.stop_sequence = matched if matched in live.job.stop else None
+            return FinishReason.STOP_SEQUENCE if live.stop_sequence else FinishReason.STOP
+        if eos or last:
             tail = live.matcher.flush()
             if tail:
                 live.channel.put(TextDelta(tail))
-            self._remember(list(r.all_tokens), r.prompt_cache)
-            self._finish(live, FinishReason.LENGTH if r.finish_reason == "length" else FinishReason.STOP)
+            return FinishReason.STOP if eos else FinishReason.LENGTH
+        return None
 
-    def _finish(self, live: _Live, reason: FinishReason, stop_sequence: str | None = None) -> None:
+    def _finish(self, live: _Live, reason: FinishReason) -> None:
         end = time.perf_counter()
         admitted = live.admitted or end
         first = live.first or end
         self._counts["finished"] += 1
-        self._counts["tokens"] += live.generated
-        live.channel.put(Done(reason, Usage(len(live.tokens), live.generated, live.cached),
+        self._counts["tokens"] += len(live.out)
+        live.channel.put(Done(reason, Usage(len(live.tokens), len(live.out), live.cached),
                               Timings(queued=admitted - live.submitted, prompt=first - admitted, decode=end - first),
-                              stop_sequence))
+                              live.stop_sequence))
 
     # ---- prompt, prefix cache, sampling -------------------------------------------------------------------
     def _prompt_tokens(self, job: Job) -> list[int]:
@@ -338,56 +435,79 @@ class MlxLmRunner:
             return
         self.prompt_cache.insert_cache(self.name, seen[:offset], cache)
 
+    def _sampler(self, job: Job):
+        sampler = _sampler(job.sampling)
+        if not (job.ignore_eos and self._eos):
+            return sampler
+        if sampler is self._greedy:  # one shared object, so the batch still samples greedy jobs in one call
+            return self._greedy_banning
+        return _banning(self._eos, sampler)
+
     def _processors(self, job: Job) -> list:
         from mlx_lm.sample_utils import make_logits_processors
 
         penalty = job.sampling.repetition_penalty
         processors = make_logits_processors(repetition_penalty=penalty) if penalty != 1.0 else []
-        if job.ignore_eos and self._eos:
-            processors.append(_ban(self._eos))
         return processors + list(job.logits_processors)
 
 
 def _sampler(params: SamplingParams):
-    """Greedy jobs share one sampler, so the batch samples them in one call. A seeded job draws from its own
-    random key, so its output does not depend on what else is in the batch."""
-    import mlx.core as mx
-    from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, greedy_sampler, make_sampler
+    """Greedy jobs share one sampler, so the batch samples them in one call."""
+    from mlx_lm.sample_utils import greedy_sampler, make_sampler
 
     if params.greedy:
         return greedy_sampler
     if params.seed is None:
         return make_sampler(temp=params.temperature, top_p=params.top_p, min_p=params.min_p, top_k=params.top_k)
-    filters = []
-    if 0 < params.top_p < 1.0:
-        filters.append(lambda x: apply_top_p(x, params.top_p))
-    if params.min_p != 0.0:
-        filters.append(lambda x: apply_min_p(x, params.min_p))
-    if params.top_k > 0:
-        filters.append(lambda x: apply_top_k(x, params.top_k))
-    key = mx.random.key(params.seed)
+    return _Seeded(params)
 
-    def sample(logprobs):
-        nonlocal key
-        key, draw = mx.random.split(key)
-        for keep in filters:
+
+class _Seeded:
+    """A seeded sampler. Draw n uses a key made from (seed, n) alone, so the output does not depend on what
+    else is in the batch, and a draw that was never used (generate_step runs a step ahead) can be taken back."""
+
+    def __init__(self, params: SamplingParams):
+        from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
+
+        self.seed, self.temperature, self.draws = params.seed, params.temperature, 0
+        self.filters = []
+        if 0 < params.top_p < 1.0:
+            self.filters.append(lambda x: apply_top_p(x, params.top_p))
+        if params.min_p != 0.0:
+            self.filters.append(lambda x: apply_min_p(x, params.min_p))
+        if params.top_k > 0:
+            self.filters.append(lambda x: apply_top_k(x, params.top_k))
+
+    def __call__(self, logprobs):
+        import mlx.core as mx
+
+        key = mx.random.key(hash((self.seed, self.draws)) & 0x7FFF_FFFF_FFFF_FFFF)  # ints hash the same everywhere
+        self.draws += 1
+        for keep in self.filters:
             logprobs = keep(logprobs)
-        return mx.random.categorical(logprobs * (1 / params.temperature), key=draw)
+        return mx.random.categorical(logprobs * (1 / self.temperature), key=key)
 
-    return sample
+    def rewind(self) -> None:
+        self.draws -= 1
 
 
-def _ban(token_ids: list[int]):
-    """A logits processor that makes the given tokens impossible (used to ignore end-of-sequence)."""
+def _banning(token_ids: list[int], sampler):
+    """`sampler`, never picking `token_ids` (to ignore end-of-sequence). Done in the sampler rather than as a
+    logits processor: any processor sends the whole batch down mlx-lm's one-row-at-a-time path."""
     import mlx.core as mx
 
     banned = mx.array(token_ids)
+    masks: dict[int, object] = {}
 
-    def process(_tokens, logits):
-        logits[..., banned] = -mx.inf
-        return logits
+    def sample(logprobs):
+        vocab = logprobs.shape[-1]
+        if vocab not in masks:
+            masks[vocab] = mx.zeros((vocab,), dtype=mx.bool_).at[banned].add(True)
+        return sampler(mx.where(masks[vocab], -mx.inf, logprobs))
 
-    return process
+    if hasattr(sampler, "rewind"):
+        sample.rewind = sampler.rewind
+    return sample
 
 
 def _free() -> None:
