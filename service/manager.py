@@ -9,7 +9,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import anyio
@@ -258,6 +258,7 @@ class ModelManager:
             log.warning("loading %s failed: %s", target.name, exc)
             raise LoadFailed(f"loading {target.name} from {spec.path} failed: {type(exc).__name__}: {exc}") from None
         took = time.perf_counter() - started
+        target = replace(target, path=spec.path)  # a generated checkpoint has one now
         served = Served(target, runner, self.default_keep_alive if keep_alive is None else keep_alive, took)
         served.expires_at = time.monotonic() + served.keep_alive
         self.models[target.name] = served

@@ -100,3 +100,11 @@ def test_root_and_version(server):
     assert httpx.get(server.url + "/").text == "Ollama is running"
     assert httpx.head(server.url + "/").status_code == 200
     assert "version" in httpx.get(server.url + "/api/version").json()
+
+
+def test_show_of_a_loaded_generated_model_says_where_it_is(server):
+    import httpx
+
+    httpx.post(server.url + "/api/generate", json={"model": "tiny", "prompt": ""}).raise_for_status()
+    shown = httpx.post(server.url + "/api/show", json={"model": "tiny"}).json()["mlx_service"]
+    assert shown["downloaded"] and shown["path"].endswith("tiny-s-f32")
