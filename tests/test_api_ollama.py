@@ -105,6 +105,7 @@ def test_root_and_version(server):
 def test_show_of_a_loaded_generated_model_says_where_it_is(server):
     import httpx
 
-    httpx.post(server.url + "/api/generate", json={"model": "tiny", "prompt": ""}).raise_for_status()
+    body = {"model": "tiny", "prompt": "hi", "stream": False, "options": {"num_predict": 1}}
+    httpx.post(server.url + "/api/generate", json=body).raise_for_status()  # "tiny" now names a loaded model
     shown = httpx.post(server.url + "/api/show", json={"model": "tiny"}).json()["mlx_service"]
     assert shown["downloaded"] and shown["path"].endswith("tiny-s-f32")
