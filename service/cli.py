@@ -38,7 +38,7 @@ def serve(args) -> int:
     try:
         settings = load_settings(host=args.host, port=args.port, models_dir=args.models_dir,
                                  default_model=args.default_model, max_memory_gb=args.max_memory_gb,
-                                 catalog_path=args.catalog_path)
+                                 catalog_path=args.catalog_path, batch_size=args.batch_size)
     except SettingsError as exc:
         print(f"mlx-service: {exc}", file=sys.stderr)
         return 2
@@ -192,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--default-model")
     s.add_argument("--max-memory-gb", type=float)
     s.add_argument("--catalog-path")
+    s.add_argument("--batch-size", type=int, help="requests decoded together per model")
     s.set_defaults(func=serve)
     for name, func, helptext in (("pull", pull, "download a model (catalog name, tag or Hub repo id)"),
                                  ("rm", rm, "delete a downloaded model"),

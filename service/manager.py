@@ -181,6 +181,8 @@ class ModelManager:
         MLX_SERVICE_MAX_QUEUE waiting ones is refused with 503."""
         target = self.resolve(name)
         served, waited = await self._load(target, keep_alive)
+        if len(self._names) >= 1024:  # names match case-insensitively: spellings are many, keep few
+            self._names.clear()
         self._names[name] = served.name
         if generating:
             limit = served.runner.capacity + self.settings.max_queue

@@ -65,6 +65,8 @@ def run_serve(*args, env=None):
     ([], {"MLX_SERVICE_MAX_LOADED_MODELS": "zero"}, "invalid setting max_loaded_models"),
     ([], {"MLX_SERVICE_KEEP_ALIVE": "soon"}, "invalid setting keep_alive"),
     ([], {"MLX_SERVICE_MAX_MEMORY_GB": "-1"}, "invalid setting max_memory_gb"),
+    (["--batch-size", "0"], {}, "invalid setting batch_size"),
+    ([], {"MLX_SERVICE_PREFILL_STEP_SIZE": "lots"}, "invalid setting prefill_step_size"),
 ])
 def test_invalid_settings_stop_the_start_with_one_line(args, env, needle):
     proc = run_serve(*args, env=env)

@@ -146,38 +146,76 @@ def test_a_job_decoding_alone_moves_into_the_batch_unchanged(srv, sampling):
     assert text == alone["choices"][0]["message"]["content"]
 
 
-def test_a_long_prompt_prefilled_alone_moves_into_the_batch_unchanged(srv):
-    """Company arriving during a solo prefill (chunks of 8 tokens here): the batch prefills the rest."""
-    import asyncio
-
+def _job(prompt: str, tokens: int, processors: tuple = ()):
     from service.catalog.model import Sampling as FamilySampling
-    from service.engine.events import TextDelta
     from service.engine.job import build_job
     from service.engine.request import GenerationRequest, Sampling
+
+    req = GenerationRequest(model="t", prompt=prompt, max_tokens=tokens, ignore_eos=True,
+                            sampling=Sampling(temperature=0))
+    job = build_job(req, FamilySampling(), max_tokens=1000, timeout=60)
+    job.logits_processors = processors
+    return job
+
+
+async def _text(runner, job) -> str:
+    from service.engine.events import TextDelta
+
+    return "".join([e.text async for e in runner.submit(job) if isinstance(e, TextDelta)])
+
+
+def _with_runner(srv: Server, test, **spec):
+    """Run `test(runner)` on a runner of its own over the tiny model (built by the earlier tests)."""
+    import asyncio
+
     from service.runners import LoadSpec
     from service.runners.mlx_lm import open_runner
 
-    path = srv.manager.resolve("tiny").path  # built by the earlier tests of this module
-
-    def job(prompt: str, tokens: int):
-        req = GenerationRequest(model="t", prompt=prompt, max_tokens=tokens, ignore_eos=True,
-                                sampling=Sampling(temperature=0))
-        return build_job(req, FamilySampling(), max_tokens=1000, timeout=60)
-
-    async def text(runner, j) -> str:
-        return "".join([e.text async for e in runner.submit(j) if isinstance(e, TextDelta)])
-
     async def main():
-        runner = await open_runner(LoadSpec(name="t", path=path, batch_size=4, prefill_step_size=8))
+        runner = await open_runner(LoadSpec(name="t", path=srv.manager.resolve("tiny").path, **spec))
         try:
-            story = "the cat and the library and the book " * 25
-            alone = await text(runner, job(story, 20))
-            first = asyncio.ensure_future(text(runner, job(story, 20)))
-            while runner.stats()["running"] == 0:
-                await asyncio.sleep(0)
-            joined, _ = await asyncio.gather(first, text(runner, job("short one", 5)))
-            assert joined == alone and runner.stats()["peak_running"] == 2
+            await test(runner)
         finally:
             await runner.close()
 
     asyncio.run(main())
+
+
+def test_a_long_prompt_prefilled_alone_moves_into_the_batch_unchanged(srv):
+    """Company arriving during a solo prefill (chunks of 8 tokens here): the batch prefills the rest."""
+    import asyncio
+
+    async def test(runner):
+        story = "the cat and the library and the book " * 25
+        alone = await _text(runner, _job(story, 20))
+        first = asyncio.ensure_future(_text(runner, _job(story, 20)))
+        while runner.stats()["running"] == 0:
+            await asyncio.sleep(0)
+        joined, _ = await asyncio.gather(first, _text(runner, _job("short one", 5)))
+        assert joined == alone and runner.stats()["peak_running"] == 2
+
+    _with_runner(srv, test, batch_size=4, prefill_step_size=8)
+
+
+def test_a_failing_step_fails_its_jobs_and_the_runner_goes_on(srv):
+    """A logits processor that raises (structured output will plug in there) fails the jobs of that step with a
+    500, alone or in a batch; the model stays loaded and serves the next request."""
+    import asyncio
+
+    from service.errors import ServiceError
+
+    def boom(_tokens, _logits):
+        raise RuntimeError("the grammar broke")
+
+    async def test(runner):
+        expected = await _text(runner, _job("hello", 6))
+        with pytest.raises(ServiceError, match="the grammar broke") as err:
+            await _text(runner, _job("hello", 6, (boom,)))  # alone
+        assert err.value.status == 500
+        outcomes = await asyncio.gather(_text(runner, _job("a long one " * 3, 400)),
+                                        _text(runner, _job("hello", 6, (boom,))), return_exceptions=True)
+        assert any(isinstance(o, ServiceError) for o in outcomes)  # in a batch
+        assert await _text(runner, _job("hello", 6)) == expected
+        assert runner.stats()["running"] == 0
+
+    _with_runner(srv, test, batch_size=4)

@@ -25,7 +25,7 @@ import anyio
 from ..engine.events import Done, FinishReason, TextDelta, Timings, Usage
 from ..engine.job import Job, SamplingParams
 from ..engine.stops import StopMatcher
-from ..errors import BadRequest, GenerationTimeout, LoadFailed
+from ..errors import BadRequest, GenerationTimeout, LoadFailed, ServiceError
 from .base import LoadSpec
 from .channel import Channel
 
@@ -73,6 +73,7 @@ class MlxLmRunner:
         self._loaded: asyncio.Future = loop.create_future()
         self._closed: asyncio.Future = loop.create_future()
         self._lock = threading.Condition()
+        self._tokenizing = threading.Lock()
         self._inbox: deque[_Live] = deque()
         self._closing = False
         self._counts: Counter = Counter()
@@ -137,6 +138,7 @@ class MlxLmRunner:
                 self._inbox.clear()
             for live in stranded:
                 live.channel.fail(LoadFailed(f"{self.name} was unloaded before this request ran"))
+            mx.synchronize(stream)  # steps run one ahead: let the last one finish before its thread ends
             self.model = self.tokenizer = self.prompt_cache = None
             _free()
             self._settle(self._closed, None)
@@ -176,13 +178,10 @@ class MlxLmRunner:
 
     def _serve(self, stream) -> None:
         import mlx.core as mx
-        from mlx_lm.generate import BatchGenerator, StopSequences
+        from mlx_lm.generate import StopSequences
         from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
-        spec = self._spec
-        batch = BatchGenerator(self.model, sampler=self._greedy, completion_batch_size=self.capacity,
-                               prefill_batch_size=max(1, min(spec.prefill_batch_size, self.capacity)),
-                               prefill_step_size=spec.prefill_step_size, stream=stream)
+        batch = self._new_batch(stream)
         self._stops = {False: StopSequences([(t,) for t in self._eos]), True: StopSequences()}  # by ignore_eos
         solo_ok = can_trim_prompt_cache(make_prompt_cache(self.model))  # a solo job can move into the batch
         running: dict[int, _Live] = {}
@@ -218,13 +217,38 @@ class MlxLmRunner:
                             running[self._to_batch(live, batch)] = live
                     self._running, self._waiting = len(running) + (solo is not None), len(waiting)
                     self._counts["peak_running"] = max(self._counts["peak_running"], self._running)
-                    if solo is not None:
-                        solo = self._solo_step(solo)
-                    elif running:
-                        self._batch_step(batch, running, alone=len(running) == 1 and not waiting)
+                    try:
+                        if solo is not None:
+                            solo = self._solo_step(solo)
+                        elif running:
+                            self._batch_step(batch, running, alone=len(running) == 1 and not waiting)
+                    except Exception as exc:  # fail the jobs of this step, not the model: start a new batch
+                        log.exception("runner %s: a step failed", self.name)
+                        error = ServiceError(f"{self.name} failed while generating: {type(exc).__name__}: {exc}")
+                        self._fail([*running.values(), *([solo] if solo else [])], error)
+                        running.clear()
+                        solo = None
+                        batch.close()
+                        batch = self._new_batch(stream)
                     self._running = len(running) + (solo is not None)
         finally:
             batch.close()
+            self._fail([*running.values(), *waiting, *([solo] if solo else [])],
+                       LoadFailed(f"{self.name} stopped while this request ran: send it again"))
+
+    def _new_batch(self, stream):
+        from mlx_lm.generate import BatchGenerator
+
+        spec = self._spec
+        return BatchGenerator(self.model, sampler=self._greedy, completion_batch_size=self.capacity,
+                              prefill_batch_size=max(1, min(spec.prefill_batch_size, self.capacity)),
+                              prefill_step_size=spec.prefill_step_size, stream=stream)
+
+    def _fail(self, jobs: list[_Live], error: ServiceError) -> None:
+        for live in jobs:
+            if not live.channel.finished:
+                self._counts["failed"] += 1
+                live.channel.fail(error)
 
     def _expire(self, waiting: deque[_Live], batch, running: dict[int, _Live], solo: _Live | None):
         """Jobs whose client left or whose deadline passed leave now, before the next step; returns `solo`,
@@ -388,6 +412,10 @@ class MlxLmRunner:
 
     # ---- prompt, prefix cache, sampling -------------------------------------------------------------------
     def _prompt_tokens(self, job: Job) -> list[int]:
+        with self._tokenizing:  # also called from count_tokens' thread; HF tokenizers are not reentrant
+            return self._tokenize(job)
+
+    def _tokenize(self, job: Job) -> list[int]:
         tokenizer = self.tokenizer
         if job.messages is None:
             return list(tokenizer.encode(job.prompt or ""))
