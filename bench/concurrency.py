@@ -2,11 +2,12 @@
 on) serving the same generated model, greedy, end-of-sequence banned so every request decodes exactly N tokens.
 
 Measured, in interleaved rounds (a new random order of runners and concurrency levels each round):
-- aggregate decode throughput at 1, 2, 4, 8 and 16 concurrent streams: every stream starts at once, each with
-  its own prompt of the same token length; aggregate = streams x N / wall time (first request sent to last
-  token received), the same arithmetic for both servers;
+- aggregate decode throughput at 1, 2, 4, 8 and 16 concurrent streams: every stream starts at once (clients
+  made beforehand, released by a barrier), each with its own prompt of the same token length; aggregate =
+  streams x N / wall time (requests released to last token received), the same arithmetic for both servers;
 - time to first token of a one-token request that joins a batch of 7 running streams;
-- greedy output of each of 8 batched requests against the same request decoded alone (MLX Service).
+- greedy output of each of 8 batched requests against the same request decoded alone (MLX Service);
+- afterwards, the ceiling of the 8-stream row: bare mlx-lm `BatchGenerator` in-process, same prompts and tokens.
 Ratios are medians of per-round ratios with 95% bootstrap intervals, as in bench/serve.py.
 
 Then, MLX Service alone: a short request to model B while model A generates 240 tokens (B is loaded while A
@@ -51,12 +52,15 @@ class Server:
     def __init__(self, name: str, url: str, body: dict):
         self.name, self.url, self.body = name, url, body
 
-    def stream(self, msgs: list[dict], tokens: int, out: dict) -> None:
+    def stream(self, msgs: list[dict], tokens: int, out: dict, client: httpx.Client | None = None,
+               go: threading.Barrier | None = None) -> None:
         body = {**self.body, "messages": msgs, "max_tokens": tokens, "temperature": 0, "stream": True,
                 "stream_options": {"include_usage": True}}
+        client = client or httpx.Client(timeout=600)
         text, count, first = [], 0, None
-        with httpx.Client(timeout=600) as client, client.stream("POST", self.url + "/v1/chat/completions",
-                                                                json=body) as r:
+        if go is not None:
+            go.wait()
+        with client, client.stream("POST", self.url + "/v1/chat/completions", json=body) as r:
             r.raise_for_status()
             for line in r.iter_lines():
                 got = openai_parse(line)
@@ -71,12 +75,16 @@ class Server:
         out.update(text="".join(text), tokens=count, first=first, end=time.perf_counter())
 
     def together(self, chats: list[list[dict]], tokens: int) -> tuple[float, list[dict]]:
-        """All streams at once: (aggregate tokens/s, each stream's result)."""
+        """All streams at once: (aggregate tokens/s, each stream's result). The clients are made first and
+        released together, so the time measured is the server's, not the clients' set-up."""
         outs = [{} for _ in chats]
-        threads = [threading.Thread(target=self.stream, args=(c, tokens, o)) for c, o in zip(chats, outs)]
-        start = time.perf_counter()
+        go = threading.Barrier(len(chats) + 1)
+        threads = [threading.Thread(target=self.stream, args=(c, tokens, o, httpx.Client(timeout=600), go))
+                   for c, o in zip(chats, outs)]
         for t in threads:
             t.start()
+        go.wait()
+        start = time.perf_counter()
         for t in threads:
             t.join()
         wall = max(o["end"] for o in outs) - start
@@ -119,7 +127,7 @@ def bench_model(size: str, models_dir: Path, rounds: int) -> dict:
                    Server("mlx_lm.server", peer_url, {"model": "default_model",
                                                      "logit_bias": {str(i): -1e9 for i in eos}})]
         per_round = 2 * (sum(LEVELS) + 8)  # both servers: every level, and 7 running + 1 joining
-        pool = iter(prompts(tokenizer, 2 * sum(LEVELS) + rounds * per_round + 8))  # distinct, equal length
+        pool = iter(prompts(tokenizer, 2 * sum(LEVELS) + rounds * per_round + 8 + 24))  # distinct, equal length
         for server in servers:  # warm-up, including each batch size once
             for level in LEVELS:
                 server.together([next(pool) for _ in range(level)], 4)
@@ -153,12 +161,32 @@ def bench_model(size: str, models_dir: Path, rounds: int) -> dict:
         first_diff = [next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
                       for a, b, s in zip(alone, batched, same) if not s]
         batch = loaded(ours_url, tag)["batch_size"]
-        return {"rows": rows, "join": join, "greedy_equal": sum(same), "greedy_total": len(same),
-                "greedy_first_difference_chars": first_diff, "batch_size": batch}
     finally:
         for proc in (peer_proc, ours_proc):
             proc.terminate()
             proc.wait()
+    bare = [ceiling(path, tokenizer, [next(pool) for _ in range(8)], tokens) for _ in range(3)]
+    return {"rows": rows, "join": join, "greedy_equal": sum(same), "greedy_total": len(same),
+            "greedy_first_difference_chars": first_diff, "batch_size": batch,
+            "ceiling_8_tps": statistics.median(bare), "ceiling_runs": bare}
+
+
+def ceiling(path: Path, tokenizer, chats: list[list[dict]], tokens: int) -> float:
+    """Bare mlx-lm BatchGenerator in this process, no server: the 8 prompts inserted at once, each decoding
+    `tokens` with end-of-sequence not stopping it. No server built on mlx-lm's batching can beat this row."""
+    import mlx_lm
+    from mlx_lm.generate import BatchGenerator, StopSequences
+
+    model = mlx_lm.load(str(path))[0]
+    prompts = [tokenizer.encode(tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False),
+                                add_special_tokens=False) for c in chats]
+    gen = BatchGenerator(model, completion_batch_size=32, prefill_batch_size=8)
+    start = time.perf_counter()
+    gen.insert(prompts, max_tokens=[tokens] * len(prompts), stop_sequences=[StopSequences()] * len(prompts))
+    finished = 0
+    while finished < len(prompts):
+        finished += sum(r.finish_reason is not None for r in gen.next_generated())
+    return len(prompts) * tokens / (time.perf_counter() - start)
 
 
 def two_models(models_dir: Path) -> dict:
@@ -267,6 +295,8 @@ def main() -> None:
     notes = []
     for size, res in results.items():
         join = res["join"]
+        notes.append(f"{size}: bare mlx-lm BatchGenerator, 8 streams in-process (the ceiling of the 8-stream row): "
+                     f"{res['ceiling_8_tps']:.1f} tok/s")
         notes.append(f"{size}: batch size {res['batch_size']}; one-token request joining 7 running streams, time to "
                      f"first token: mlx-service {join['mlx-service']['ttft_ms']} ms, mlx_lm.server "
                      f"{join['mlx_lm.server']['ttft_ms']} ms; greedy output in a batch of 8 equal to alone: "
