@@ -31,6 +31,7 @@ bench: setup
 	$(BENCH_ENV) $(PY) bench/catalog.py
 	$(BENCH_ENV) $(PY) bench/memory.py
 	$(BENCH_ENV) $(PY) bench/serve.py
+	$(BENCH_ENV) $(PY) bench/concurrency.py
 	$(PY) bench/pull.py
 
 clean:
