@@ -51,6 +51,7 @@ class _Live:
     uid: int = -1
     tokens: list[int] = field(default_factory=list)  # the prompt
     cached: int = 0  # prompt tokens that came from the prefix cache
+    fed: int = 0  # prompt tokens in its cache while it prefills alone
     out: list[int] = field(default_factory=list)  # generated tokens
     cache: Any = None  # its KV cache while it is not in the batch (waiting to be inserted, or solo)
     steps: Any = None  # the solo job's generate_step iterator
@@ -184,7 +185,8 @@ class MlxLmRunner:
 
         batch = self._new_batch(stream)
         self._stops = {False: StopSequences([(t,) for t in self._eos]), True: StopSequences()}  # by ignore_eos
-        solo_ok = can_trim_prompt_cache(make_prompt_cache(self.model))  # a solo job can move into the batch
+        fresh = make_prompt_cache(self.model)  # a solo job must be able to move into the batch, cache and all:
+        solo_ok = can_trim_prompt_cache(fresh) and all(hasattr(c, "offset") for c in fresh)
         running: dict[int, _Live] = {}
         waiting: deque[_Live] = deque()
         solo: _Live | None = None  # a job decoding alone, on mlx-lm's generate_step: no batch bookkeeping
@@ -305,7 +307,7 @@ class MlxLmRunner:
         if not live.tokens:
             raise BadRequest("the prompt is empty")
         live.cache, rest = self._prefix(live.tokens)
-        live.cached = len(live.tokens) - len(rest)
+        live.cached = live.fed = len(live.tokens) - len(rest)
         live.detokenizer = self.tokenizer.detokenizer
         live.detokenizer.reset()
         live.matcher = StopMatcher(list(job.stop) + ([] if job.ignore_eos else list(self._spec.stops)))
@@ -320,7 +322,7 @@ class MlxLmRunner:
         self._drop_steps(live)
         seen = live.tokens + live.out
         cache = live.cache
-        held = cache[0].offset if cache and hasattr(cache[0], "offset") else 0
+        held = cache[0].offset if live.out else live.fed  # decoding alone means an offset (see `solo_ok`)
         if held >= len(seen):
             if can_trim_prompt_cache(cache):
                 trim_prompt_cache(cache, held - len(seen) + 1)
@@ -349,13 +351,12 @@ class MlxLmRunner:
 
         job = live.job
         if live.steps is None:
-            rest = live.tokens[live.cached:] if not live.out else []
-            done = live.cache[0].offset - live.cached if live.cache and hasattr(live.cache[0], "offset") else 0
-            rest = rest[max(done, 0):]
+            rest = live.tokens[live.fed:]
             if len(rest) > 1:  # prefill all but the last token, a chunk per loop so newcomers can join
                 chunk = rest[: min(self._spec.prefill_step_size, len(rest) - 1)]
                 self.model(mx.array(chunk)[None], cache=live.cache)
                 mx.eval([c.state for c in live.cache])
+                live.fed += len(chunk)
                 return live
             live.steps = generate_step(mx.array(rest), self.model, max_tokens=job.max_tokens,
                                        sampler=live.sampler, logits_processors=live.processors or None,
