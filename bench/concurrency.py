@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
 from _report import RESULTS, build, table, update_readme, write  # noqa: E402
-from serve import interval, loaded, openai_parse, prompts, start_peer, start_service  # noqa: E402
+from serve import consume, interval, loaded, openai_parse, prompts, start_peer, start_service  # noqa: E402
 
 # tag, tokens per request, rounds
 MODELS = {"tiny": ("bench-serve:tiny-f32", 128, 6), "60m": ("bench-serve:60m-f32", 48, 5)}
@@ -57,22 +57,12 @@ class Server:
         body = {**self.body, "messages": msgs, "max_tokens": tokens, "temperature": 0, "stream": True,
                 "stream_options": {"include_usage": True}}
         client = client or httpx.Client(timeout=600)
-        text, count, first = [], 0, None
         if go is not None:
             go.wait()
         with client, client.stream("POST", self.url + "/v1/chat/completions", json=body) as r:
             r.raise_for_status()
-            for line in r.iter_lines():
-                got = openai_parse(line)
-                if got is None:
-                    continue
-                piece, final = got
-                if piece:
-                    first = first or time.perf_counter()
-                    text.append(piece)
-                if final is not None:
-                    count = final
-        out.update(text="".join(text), tokens=count, first=first, end=time.perf_counter())
+            stamps, text, count = consume(r.iter_lines(), openai_parse)
+        out.update(text="".join(text), tokens=count, first=stamps[0] if stamps else None, end=time.perf_counter())
 
     def together(self, chats: list[list[dict]], tokens: int) -> tuple[float, list[dict]]:
         """All streams at once: (aggregate tokens/s, each stream's result). The clients are made first and

@@ -166,6 +166,23 @@ def ollama_parse(line: str):
     return data["message"]["content"], data.get("eval_count") if data.get("done") else None
 
 
+def consume(lines, parse) -> tuple[list[float], list[str], int]:
+    """One streamed response, read as a client would: when each piece of text arrived, the pieces, and the
+    token count the server reported at the end."""
+    stamps, texts, count = [], [], 0
+    for line in lines:
+        got = parse(line)
+        if got is None:
+            continue
+        text, final = got
+        if text:
+            stamps.append(time.perf_counter())
+            texts.append(text)
+        if final is not None:
+            count = final
+    return stamps, texts, count
+
+
 class Http:
     """One API of one server, over one kept-alive connection (as SDK clients use; a fresh connection per
     request costs milliseconds on its own)."""
@@ -194,19 +211,10 @@ class Http:
     def generate(self, msgs: list[dict], tokens: int) -> dict:
         """Time to first token, decode tokens/s and token count, measured by the client."""
         path, body, headers, parse = self._request(msgs, tokens)
-        stamps, count = [], 0
         t0 = time.perf_counter()
         with self.client.stream("POST", self.url + path, json=body, headers=headers) as r:
             r.raise_for_status()
-            for line in r.iter_lines():
-                got = parse(line)
-                if got is None:
-                    continue
-                text, final = got
-                if text:
-                    stamps.append(time.perf_counter())
-                if final is not None:
-                    count = final
+            stamps, _, count = consume(r.iter_lines(), parse)
         return timings(t0, stamps, count)
 
 
