@@ -14,9 +14,10 @@ from pathlib import Path
 
 import anyio
 
-from .catalog import AmbiguousModel, Catalog, Entry, UncatalogedRepo, estimate
+from .catalog import AmbiguousModel, Catalog, Entry, UncatalogedRepo
 from .catalog import ModelNotFound as CatalogNotFound
 from .catalog.detect import UndetectableModel
+from .catalog.memory import fit_parallel
 from .catalog.model import Sampling
 from .config import Settings
 from .engine.job import Job, build_job
@@ -77,18 +78,6 @@ class Served:
         return max(0, self.generating - self.runner.capacity)
 
 
-def plan_memory(settings: Settings, entry: Entry, context: int) -> tuple[int, int]:
-    """(sequences in the batch, bytes): the largest batch up to MLX_SERVICE_BATCH_SIZE whose KV cache at
-    `context` tokens per sequence fits the budget (as Ollama lowers its parallel count), at least one."""
-    budget = settings.max_memory_gb * GiB
-    prefill = settings.prefill_batch_size
-    for parallel in range(settings.batch_size, 0, -1):
-        need = estimate(entry, context=context, parallel=parallel, prefill_parallel=prefill).total
-        if need <= budget or parallel == 1:
-            return parallel, need
-    raise AssertionError("unreachable")
-
-
 def resolve_target(settings: Settings, catalog: Catalog, name: str) -> Target:
     """What `name` means here: a catalog entry, an uncataloged repo in the cache, or a MODELS_DIR folder.
     The same answer for every endpoint: unknown is a 404 with suggestions, ambiguous a 400 with candidates."""
@@ -111,9 +100,12 @@ def resolve_target(settings: Settings, catalog: Catalog, name: str) -> Target:
         return _local_target(settings, catalog, found.repo, located.path)
     entry = found
     context = min(entry.context_length, settings.context_length)
-    parallel, need = plan_memory(settings, entry, context)
+    # The largest batch up to MLX_SERVICE_BATCH_SIZE whose KV caches fit the budget (as Ollama lowers its
+    # parallel count); a model that does not fit with one sequence is refused when it is loaded.
+    plan = fit_parallel(entry, context, settings.max_memory_gb * GiB, settings.batch_size,
+                        settings.prefill_batch_size)
     return Target(entry.tag, entry, locate(settings.models_dir, entry).path, entry.family.kind, entry.family.loader,
-                  need, context, parallel, entry.family.trust_remote_code)
+                  plan.total, context, plan.parallel, entry.family.trust_remote_code)
 
 
 def _local_target(settings: Settings, catalog: Catalog, name: str, folder: Path) -> Target:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from service.catalog import estimate
 from service.catalog.memory import KV_STEP, bits_per_weight
 
@@ -76,3 +78,18 @@ def test_checkpoint_size_wins_over_formula(write):
     entry = load_catalog([write(text)]).raise_for_problems().resolve("testfam")
     assert estimate(entry).weights == 600_000_000
     assert estimate(entry).total == estimate(entry).weights + estimate(entry).kv_cache + estimate(entry).activations
+
+
+@pytest.mark.parametrize("tag", ["qwen3:8b", "qwen3:0.6b", "qwen3:30b-a3b", "gemma3:4b"])
+def test_fit_parallel_is_the_largest_batch_the_estimator_fits(builtin, tag):
+    from service.catalog.memory import fit_parallel
+
+    entry = builtin.resolve(tag)
+    for budget_gb in (1, 12, 40, 400):
+        budget = budget_gb * 2**30
+        fitted = fit_parallel(entry, 8192, budget, 32, 8)
+        direct = estimate(entry, context=8192, parallel=fitted.parallel, prefill_parallel=8)
+        assert fitted == direct
+        assert fitted.parallel == 1 or fitted.total <= budget
+        if fitted.parallel < 32:  # one more sequence would not fit
+            assert estimate(entry, context=8192, parallel=fitted.parallel + 1, prefill_parallel=8).total > budget

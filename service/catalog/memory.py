@@ -13,7 +13,7 @@ Formulas follow mlx-lm's runtime (see docs/ARCHITECTURE.md and bench/memory.py, 
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from .model import Entry, Model, Quantization
 
@@ -142,3 +142,16 @@ def estimate(entry: Entry, context: int | None = None, parallel: int = 1, kv_bit
         kv_bytes_per_token=per_token,
         dtype=dtype,
     )
+
+
+def fit_parallel(entry: Entry, context: int, budget: float, most: int, prefill_parallel: int) -> MemoryEstimate:
+    """The estimate for the most sequences, up to `most` and at least one, that fit `budget`. An estimate is
+    linear in its sequences (a KV cache each, activations for up to `prefill_parallel` of them), so the estimate
+    of one sequence answers for every batch size."""
+    one = estimate(entry, context=context)
+
+    def scaled(parallel: int) -> MemoryEstimate:
+        return replace(one, kv_cache=one.kv_cache * parallel, parallel=parallel,
+                       activations=one.activations * min(parallel, prefill_parallel))
+
+    return next((e for e in map(scaled, range(most, 1, -1)) if e.total <= budget), one)
