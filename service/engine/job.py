@@ -44,7 +44,6 @@ class Job:
     stop: tuple[str, ...]
     deadline: float  # time.monotonic() after which the job is stopped with a timeout
     timeout: float  # the limit it came from, for the error message
-    keep_alive: float | None = None
     ignore_eos: bool = False
     logits_processors: tuple[LogitsProcessor, ...] = ()
     cancel: threading.Event = field(default_factory=threading.Event)  # set when the client goes away
@@ -74,5 +73,4 @@ def build_job(req: GenerationRequest, family: CatalogSampling, *, max_tokens: in
         raise BadRequest("max_tokens must be at least 1", param="max_tokens")
     return Job(messages=tuple(req.messages) if req.messages is not None else None, prompt=req.prompt,
                sampling=merge_sampling(family, req.sampling), max_tokens=limit, stop=tuple(s for s in req.stop if s),
-               deadline=time.monotonic() + timeout, timeout=timeout, keep_alive=req.keep_alive,
-               ignore_eos=req.ignore_eos)
+               deadline=time.monotonic() + timeout, timeout=timeout, ignore_eos=req.ignore_eos)

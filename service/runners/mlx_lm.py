@@ -21,6 +21,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import mlx.core as mx
+import mlx_lm
+from mlx.utils import tree_flatten
+from mlx_lm.generate import BatchGenerator, StopSequences, generate_step
+from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+from mlx_lm.sample_utils import (
+    apply_min_p,
+    apply_top_k,
+    apply_top_p,
+    greedy_sampler,
+    make_logits_processors,
+    make_sampler,
+)
 
 from ..engine.events import Done, FinishReason, TextDelta, Timings, Usage
 from ..engine.job import Job, SamplingParams
@@ -116,8 +129,6 @@ class MlxLmRunner:
 
     # ---- runner thread ------------------------------------------------------------------------------------
     def _main(self) -> None:
-        import mlx.core as mx
-
         stream = mx.new_stream(mx.default_device())
         try:
             with mx.stream(stream):
@@ -156,11 +167,6 @@ class MlxLmRunner:
         self._loop.call_soon_threadsafe(settle)
 
     def _load(self) -> None:
-        import mlx.core as mx
-        import mlx_lm
-        from mlx.utils import tree_flatten
-        from mlx_lm.models.cache import LRUPromptCache, make_prompt_cache
-
         spec = self._spec
         self.model, self.tokenizer = mlx_lm.load(str(spec.path),
                                                  tokenizer_config={"trust_remote_code": spec.trust_remote_code})
@@ -174,15 +180,10 @@ class MlxLmRunner:
         self.prompt_cache = (LRUPromptCache(max_size=spec.cache_entries, max_bytes=spec.cache_bytes)
                              if spec.cache_entries > 0 else None)
         self._eos = list(self.tokenizer.eos_token_ids)
-        from mlx_lm.sample_utils import greedy_sampler
-
         self._greedy, self._greedy_banning = greedy_sampler, _banning(self._eos, greedy_sampler)
 
     def _serve(self, stream) -> None:
-        import mlx.core as mx
-        from mlx_lm.generate import StopSequences
-        from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
-
+        self._stream = stream  # generate_step (solo jobs) runs on it too
         batch = self._new_batch(stream)
         self._stops = {False: StopSequences([(t,) for t in self._eos]), True: StopSequences()}  # by ignore_eos
         fresh = make_prompt_cache(self.model)  # a solo job must be able to move into the batch, cache and all:
@@ -254,8 +255,6 @@ class MlxLmRunner:
             seen = len(self._inbox)
 
     def _new_batch(self, stream):
-        from mlx_lm.generate import BatchGenerator
-
         spec = self._spec
         return BatchGenerator(self.model, sampler=self._greedy, completion_batch_size=self.capacity,
                               prefill_batch_size=max(1, min(spec.prefill_batch_size, self.capacity)),
@@ -317,8 +316,6 @@ class MlxLmRunner:
         """Insert a job into the batch with the cache it has so far: it holds `seen[:k]`, the batch feeds the
         rest. A solo job's cache already holds its last token (generate_step runs one step ahead), so that
         one token is trimmed and fed again: the batch needs its logits."""
-        from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
-
         self._drop_steps(live)
         seen = live.tokens + live.out
         cache = live.cache
@@ -346,9 +343,6 @@ class MlxLmRunner:
 
     def _solo_step(self, live: _Live) -> _Live | None:
         """One prefill chunk or one token of the solo job; returns it, or None once it finished."""
-        import mlx.core as mx
-        from mlx_lm.generate import generate_step
-
         job = live.job
         if live.steps is None:
             rest = live.tokens[live.fed:]
@@ -360,9 +354,8 @@ class MlxLmRunner:
                 return live
             live.steps = generate_step(mx.array(rest), self.model, max_tokens=job.max_tokens,
                                        sampler=live.sampler, logits_processors=live.processors or None,
-                                       prompt_cache=live.cache, stream=mx.default_stream(mx.default_device()))
-        token = next(live.steps)[0]
-        token = token.item() if hasattr(token, "item") else token
+                                       prompt_cache=live.cache, stream=self._stream)
+        token, _ = next(live.steps)
         eos = not job.ignore_eos and token in self._eos
         reason = self._token(live, token, eos, len(live.out) + 1 >= job.max_tokens, alone=True)
         if reason is None:
@@ -454,8 +447,6 @@ class MlxLmRunner:
         every weight once however many tokens it holds. (Measured on the 0.5B benchmark model: reusing the 7
         tokens of chat-template header that two different questions share made the first token 126 ms later.)
         """
-        from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
-
         cache, rest = None, tokens
         if self.prompt_cache is not None:
             cache, rest = self.prompt_cache.fetch_nearest_cache(self.name, tokens)
@@ -489,8 +480,6 @@ class MlxLmRunner:
         return _banning(self._eos, sampler)
 
     def _processors(self, job: Job) -> list:
-        from mlx_lm.sample_utils import make_logits_processors
-
         penalty = job.sampling.repetition_penalty
         processors = make_logits_processors(repetition_penalty=penalty) if penalty != 1.0 else []
         return processors + list(job.logits_processors)
@@ -498,8 +487,6 @@ class MlxLmRunner:
 
 def _sampler(params: SamplingParams):
     """Greedy jobs share one sampler, so the batch samples them in one call."""
-    from mlx_lm.sample_utils import greedy_sampler, make_sampler
-
     if params.greedy:
         return greedy_sampler
     if params.seed is None:
@@ -512,8 +499,6 @@ class _Seeded:
     else is in the batch, and a draw that was never used (generate_step runs a step ahead) can be taken back."""
 
     def __init__(self, params: SamplingParams):
-        from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
-
         self.seed, self.temperature, self.draws = params.seed, params.temperature, 0
         self.filters = []
         if 0 < params.top_p < 1.0:
@@ -524,8 +509,6 @@ class _Seeded:
             self.filters.append(lambda x: apply_top_k(x, params.top_k))
 
     def __call__(self, logprobs):
-        import mlx.core as mx
-
         key = mx.random.key(hash((self.seed, self.draws)) & 0x7FFF_FFFF_FFFF_FFFF)  # ints hash the same everywhere
         self.draws += 1
         for keep in self.filters:
@@ -539,8 +522,6 @@ class _Seeded:
 def _banning(token_ids: list[int], sampler):
     """`sampler`, never picking `token_ids` (to ignore end-of-sequence). Done in the sampler rather than as a
     logits processor: any processor sends the whole batch down mlx-lm's one-row-at-a-time path."""
-    import mlx.core as mx
-
     banned = mx.array(token_ids)
     masks: dict[int, object] = {}
 
@@ -557,7 +538,5 @@ def _banning(token_ids: list[int], sampler):
 
 def _free() -> None:
     """Return memory to the system once the last reference to a model is gone."""
-    import mlx.core as mx
-
     gc.collect()
     mx.clear_cache()
