@@ -18,9 +18,8 @@ from .catalog import AmbiguousModel, Catalog, Entry, UncatalogedRepo
 from .catalog import ModelNotFound as CatalogNotFound
 from .catalog.detect import UndetectableModel
 from .catalog.memory import fit_parallel
-from .catalog.model import Sampling
 from .config import Settings
-from .engine.job import Job, build_job
+from .engine.job import Job, ModelTraits, build_job
 from .engine.request import GenerationRequest
 from .errors import (
     BadRequest,
@@ -163,15 +162,23 @@ class ModelManager:
             return self.models[known].target
         return resolve_target(self.settings, self.catalog, name)
 
-    def job(self, served: Served, req: GenerationRequest) -> Job:
-        family = served.target.entry.family.sampling if served.target.entry else Sampling()
-        return build_job(req, family, max_tokens=self.settings.max_tokens, timeout=self.settings.generation_timeout)
+    def traits(self, target: Target) -> ModelTraits:
+        entry = target.entry
+        return ModelTraits.of(target.name, entry.family if entry else None,
+                              self.catalog.prompt_style(entry) if entry else None)
+
+    def job(self, req: GenerationRequest, target: Target) -> Job:
+        """`req` as a job for `target`, refused (400) if it asks what the model cannot do. Built before the
+        model is loaded, so a refusal costs no load; its clock starts when it is submitted (`Job.start`)."""
+        return build_job(req, self.traits(target), max_tokens=self.settings.max_tokens,
+                         timeout=self.settings.generation_timeout)
 
     # ---- leases ---------------------------------------------------------------------------------------------
-    async def lease(self, name: str, keep_alive: float | None = None, *, generating: bool = True) -> Lease:
-        """Resolve `name` once, load it if needed, and hold it. A generation beyond the batch and
-        MLX_SERVICE_MAX_QUEUE waiting ones is refused with 503."""
-        target = self.resolve(name)
+    async def lease(self, name: str, keep_alive: float | None = None, *, generating: bool = True,
+                    target: Target | None = None) -> Lease:
+        """Resolve `name` once (unless the caller did: `target`), load it if needed, and hold it. A generation
+        beyond the batch and MLX_SERVICE_MAX_QUEUE waiting ones is refused with 503."""
+        target = target or self.resolve(name)
         served, waited = await self._load(target, keep_alive)
         if len(self._names) >= 1024:  # names match case-insensitively: spellings are many, keep few
             self._names.clear()

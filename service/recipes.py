@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -31,6 +32,19 @@ def _corpus(seed: int, lines: int = 2000) -> list[str]:
     return [" ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 16))) for _ in range(lines)]
 
 
+def style_markers(style: PromptStyle | None) -> list[str]:
+    """The prompt style's markup (turn tokens, thinking and tool-call tags, stops): each one token, as in the
+    real checkpoints, so that markers stream whole and grammars can name them."""
+    if style is None:
+        return []
+    found = re.findall(r"<\|[^|<>\s]+\|>", style.chat_template or "")
+    for pair in (style.thinking, style.tool_calls):
+        for marker in (getattr(pair, "start", None), getattr(pair, "end", None)):
+            found += re.findall(r"<\|[^|<>\s]+\|>", marker) if marker and "<|" in marker else [marker] if marker else []
+    found += [s for s in style.stop if len(s) < 32]
+    return [m for m in dict.fromkeys(found) if m not in SPECIAL_TOKENS]
+
+
 def write_tokenizer(dest: Path, vocab_size: int, seed: int, style: PromptStyle | None, max_length: int) -> int:
     """Train and save a byte-level BPE tokenizer; returns the EOS token id."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -40,7 +54,7 @@ def write_tokenizer(dest: Path, vocab_size: int, seed: int, style: PromptStyle |
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=SPECIAL_TOKENS + style_markers(style),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )

@@ -60,7 +60,7 @@ class FakeRunner:
         yield Done(reason, Usage(self._count(job), len(pieces), 0), Timings(0.0, 0.01, 0.02), matched)
 
     def _count(self, job: Job) -> int:
-        return sum(len(m.content.split()) for m in job.messages) if job.messages else len(job.prompt.split())
+        return sum(len(m["content"].split()) for m in job.chat.messages) if job.chat else len(job.prompt.split())
 
     async def count_tokens(self, job: Job) -> int:
         if self.gate is not None:

@@ -70,7 +70,7 @@ def test_errors_in_anthropic_dialect(client, server):
         client.messages.create(model="nope-model", max_tokens=2, messages=MSG)
     assert err.value.body["type"] == "error" and err.value.body["error"]["type"] == "not_found_error"
     with pytest.raises(anthropic.BadRequestError):
-        client.messages.create(model="tiny", max_tokens=2, messages=[{"role": "system", "content": "x"}])
+        client.messages.create(model="tiny", max_tokens=2, messages=[{"role": "robot", "content": "x"}])
     r = httpx.post(server.url + "/v1/messages", json={"model": "tiny", "messages": MSG},
                    headers={"anthropic-version": "2023-06-01"})
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"

@@ -146,16 +146,13 @@ def test_a_job_decoding_alone_moves_into_the_batch_unchanged(srv, sampling):
     assert text == alone["choices"][0]["message"]["content"]
 
 
-def _job(prompt: str, tokens: int, processors: tuple = ()):
-    from service.catalog.model import Sampling as FamilySampling
-    from service.engine.job import build_job
+def _job(prompt: str, tokens: int):
+    from service.engine.job import ModelTraits, build_job
     from service.engine.request import GenerationRequest, Sampling
 
     req = GenerationRequest(model="t", prompt=prompt, max_tokens=tokens, ignore_eos=True,
                             sampling=Sampling(temperature=0))
-    job = build_job(req, FamilySampling(), max_tokens=1000, timeout=60)
-    job.logits_processors = processors
-    return job
+    return build_job(req, ModelTraits("t"), max_tokens=1000, timeout=60)
 
 
 async def _text(runner, job) -> str:
@@ -198,7 +195,7 @@ def test_a_long_prompt_prefilled_alone_moves_into_the_batch_unchanged(srv):
 
 
 def test_a_failing_step_fails_its_jobs_and_the_runner_goes_on(srv):
-    """A logits processor that raises (structured output will plug in there) fails the jobs of that step with a
+    """A logits processor that raises (structured output plugs in there) fails the jobs of that step with a
     500, alone or in a batch; the model stays loaded and serves the next request."""
     import asyncio
 
@@ -208,12 +205,14 @@ def test_a_failing_step_fails_its_jobs_and_the_runner_goes_on(srv):
         raise RuntimeError("the grammar broke")
 
     async def test(runner):
+        plain = runner._processors
+        runner._processors = lambda job, text: [boom] if job.prompt == "boom" else plain(job, text)
         expected = await _text(runner, _job("hello", 6))
         with pytest.raises(ServiceError, match="the grammar broke") as err:
-            await _text(runner, _job("hello", 6, (boom,)))  # alone
+            await _text(runner, _job("boom", 6))  # alone
         assert err.value.status == 500
         outcomes = await asyncio.gather(_text(runner, _job("a long one " * 3, 400)),
-                                        _text(runner, _job("hello", 6, (boom,))), return_exceptions=True)
+                                        _text(runner, _job("boom", 6)), return_exceptions=True)
         assert any(isinstance(o, ServiceError) for o in outcomes)  # in a batch
         assert await _text(runner, _job("hello", 6)) == expected
         assert runner.stats()["running"] == 0

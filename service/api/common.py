@@ -10,7 +10,8 @@ from typing import Any, TypeVar
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
-from ..engine.request import Sampling
+from ..engine.events import ToolCall
+from ..engine.request import ResponseFormat, Sampling, Tool
 from ..errors import BadRequest, PayloadTooLarge
 from ..keepalive import parse_keep_alive
 
@@ -115,3 +116,53 @@ def sampling(prefix: str = "", **given: Any) -> Sampling:
 def max_tokens(value: Any, where: str) -> int | None:
     """A token limit the user gave (None: not given); 0 and negatives are refused, never replaced."""
     return None if value is None else number(value, where, 1, 2**31, integer=True)
+
+
+def tool(name: Any, description: Any, parameters: Any, where: str) -> Tool:
+    """One tool definition, checked: a name, and parameters that are a JSON Schema object."""
+    if not isinstance(name, str) or not name.strip() or len(name) > 128:
+        raise BadRequest(f"{where}.name must be a non-empty string of at most 128 characters", param=where)
+    if parameters is None:
+        parameters = {"type": "object", "properties": {}}
+    if not isinstance(parameters, dict):
+        raise BadRequest(f"{where}: the parameters must be a JSON Schema object", param=where)
+    return Tool(name, description if isinstance(description, str) else "", parameters)
+
+
+def function_tools(value: Any, where: str = "tools") -> list[Tool]:
+    """OpenAI's (and Ollama's) `tools`: `[{type: "function", function: {name, description, parameters}}]`."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise BadRequest(f"{where} must be a list", param=where)
+    out = []
+    for i, item in enumerate(value):
+        fn = item.get("function") if isinstance(item, dict) else None
+        if not isinstance(fn, dict) or item.get("type", "function") != "function":
+            raise BadRequest(f"{where}[{i}] must be {{\"type\": \"function\", \"function\": {{...}}}}",
+                             param=f"{where}[{i}]")
+        out.append(tool(fn.get("name"), fn.get("description"), fn.get("parameters"), f"{where}[{i}].function"))
+    return out
+
+
+def function_calls(value: Any, where: str) -> tuple[ToolCall, ...]:
+    """An assistant message's `tool_calls` (OpenAI: arguments as a JSON string; Ollama: as an object)."""
+    if not value:
+        return ()
+    if not isinstance(value, list):
+        raise BadRequest(f"{where} must be a list", param=where)
+    out = []
+    for i, call in enumerate(value):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise BadRequest(f"{where}[{i}].function.name is required", param=f"{where}[{i}]")
+        args = fn.get("arguments", {})
+        out.append(ToolCall(str(call.get("id") or ""), fn["name"],
+                            args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)))
+    return tuple(out)
+
+
+def json_schema(value: Any, where: str) -> ResponseFormat:
+    if not isinstance(value, dict):
+        raise BadRequest(f"{where} must be a JSON Schema object", param=where)
+    return ResponseFormat(schema=value)

@@ -15,11 +15,11 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict
 
 from .. import __version__
-from ..engine.events import Done, Event, Result, TextDelta
-from ..engine.request import GenerationRequest, Message
+from ..engine.events import Done, Event, Result, TextDelta, ThinkingDelta, ToolCall
+from ..engine.request import GenerationRequest, Message, ResponseFormat, Thinking
 from ..errors import BadRequest, ServiceError
 from . import finish
-from .common import keep_alive, number, parse_body, sampling, stop_list
+from .common import function_calls, function_tools, json_schema, keep_alive, number, parse_body, sampling, stop_list
 from .listing import digest_of, mtime_iso
 from .show import render_show, summary_details
 from .stream import respond
@@ -37,6 +37,7 @@ class _Base(BaseModel):
     keep_alive: int | float | str | None = None
     options: dict[str, Any] | None = None
     format: Any = None
+    think: bool | str | None = None
 
     @property
     def model_name(self) -> str:
@@ -45,6 +46,7 @@ class _Base(BaseModel):
 
 class ChatRequest(_Base):
     messages: list[dict] = []
+    tools: list | None = None
 
 
 class GenerateRequest(_Base):
@@ -67,7 +69,30 @@ def _request(body: _Base, **what) -> GenerationRequest:
         model=body.model_name, sampling=sampling("options.", **given),
         max_tokens=None if limit is None or limit < 0 else max(limit, 1),
         stop=stop_list(options.get("stop"), "options.stop"), stream=body.stream,
-        keep_alive=keep_alive(body.keep_alive), ignore_eos=bool(options.get("ignore_eos")), **what)
+        keep_alive=keep_alive(body.keep_alive), ignore_eos=bool(options.get("ignore_eos")),
+        response_format=_format(body.format), thinking=_think(body.think), **what)
+
+
+def _format(value: Any) -> ResponseFormat | None:
+    if value in (None, ""):
+        return None
+    if value == "json":
+        return ResponseFormat()
+    if isinstance(value, dict):
+        return json_schema(value, "format")
+    raise BadRequest(f'invalid format: {json.dumps(value)}; expected "json" or a valid JSON Schema object')
+
+
+_LEVELS = {"low": "low", "medium": "medium", "high": "high", "max": "high"}
+
+
+def _think(value: Any) -> Thinking:
+    if value is None or isinstance(value, bool):
+        return Thinking(enabled=value)
+    if value in _LEVELS:
+        return Thinking(enabled=True, effort=_LEVELS[value])
+    raise BadRequest(f'invalid think value: {json.dumps(value)} (must be "high", "medium", "low", "max", true, '
+                     "or false)")
 
 
 def chat_request(body: ChatRequest) -> GenerationRequest:
@@ -78,11 +103,17 @@ def chat_request(body: ChatRequest) -> GenerationRequest:
             raise BadRequest(f"messages[{i}].role must be system, user, assistant or tool")
         if m.get("images"):
             raise BadRequest("images need a vision model, which this version of MLX Service does not serve yet")
-        content = m.get("content", "")
+        content = m.get("content", "") or ""
         if not isinstance(content, str):
             raise BadRequest(f"messages[{i}].content must be a string")
-        messages.append(Message(role, content))
-    return _request(body, messages=messages)
+        thinking = m.get("thinking")
+        tool_name = m.get("tool_name") or m.get("name")
+        messages.append(Message(role, content, tool_calls=function_calls(m.get("tool_calls"),
+                                                                          f"messages[{i}].tool_calls"),
+                                tool_call_id=m.get("tool_call_id") if role == "tool" else None,
+                                name=tool_name if role == "tool" and isinstance(tool_name, str) else None,
+                                thinking=thinking if isinstance(thinking, str) else None))
+    return _request(body, messages=messages, tools=function_tools(body.tools))
 
 
 def generate_request(body: GenerateRequest) -> GenerationRequest:
@@ -92,6 +123,15 @@ def generate_request(body: GenerateRequest) -> GenerationRequest:
         return _request(body, prompt=body.prompt)
     messages = ([Message("system", body.system)] if body.system else []) + [Message("user", body.prompt)]
     return _request(body, messages=messages)
+
+
+def _call(call: ToolCall, index: int) -> dict:
+    """Ollama's tool call: the arguments as an object."""
+    try:
+        arguments = json.loads(call.arguments)
+    except ValueError:
+        arguments = {}
+    return {"id": call.id, "function": {"index": index, "name": call.name, "arguments": arguments}}
 
 
 def _metrics(done: Done, load_seconds: float) -> dict:
@@ -111,22 +151,32 @@ class OllamaView:
     load_seconds: float = 0.0
     media_type = "application/x-ndjson"
 
-    def _line(self, text: str, done: Done | None = None) -> dict:
+    def _line(self, text: str, done: Done | None = None, thinking: str = "", calls: list[ToolCall] = ()) -> dict:
         out: dict = {"model": self.name, "created_at": _created_at()}
         if self.chat:
             out["message"] = {"role": "assistant", "content": text}
+            if thinking:
+                out["message"]["thinking"] = thinking
+            if calls:
+                out["message"]["tool_calls"] = [_call(c, i) for i, c in enumerate(calls)]
         else:
             out["response"] = text
+            if thinking:
+                out["thinking"] = thinking
         out["done"] = done is not None
         return out | (_metrics(done, self.load_seconds) if done else {})
 
     def complete(self, result: Result) -> dict:
-        return self._line(result.text, result.done)
+        return self._line(result.text, result.done, result.thinking, result.tool_calls)
 
     async def stream(self, events: AsyncIterator[Event]):
         async for event in events:
             if isinstance(event, TextDelta):
                 yield json.dumps(self._line(event.text)) + "\n"
+            elif isinstance(event, ThinkingDelta):
+                yield json.dumps(self._line("", thinking=event.text)) + "\n"
+            elif isinstance(event, ToolCall):
+                yield json.dumps(self._line("", calls=[event])) + "\n"
             elif isinstance(event, Done):
                 yield json.dumps(self._line("", event)) + "\n"
 

@@ -11,12 +11,24 @@ from typing import AsyncIterator
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict
 
-from ..engine.events import Done, Event, Result, TextDelta, Usage
-from ..engine.request import GenerationRequest, Message
+from ..engine.events import Done, Event, Result, TextDelta, ThinkingDelta, ToolCall, Usage
+from ..engine.request import GenerationRequest, Message, ResponseFormat, Thinking, ToolChoice
 from ..errors import BadRequest, ServiceError
 from . import finish
-from .common import keep_alive, max_tokens, now, parse_body, sampling, stop_list, text_of
+from .common import (
+    function_calls,
+    function_tools,
+    json_schema,
+    keep_alive,
+    max_tokens,
+    now,
+    parse_body,
+    sampling,
+    stop_list,
+    text_of,
+)
 from .errors import OPENAI, error_body
+from .show import capabilities
 from .stream import Preamble, respond
 
 router = APIRouter()
@@ -38,11 +50,16 @@ class _Base(BaseModel):
     n: int = 1
     keep_alive: int | float | str | None = None
     ignore_eos: bool = False
+    response_format: dict | None = None
 
 
 class ChatRequest(_Base):
     messages: list[dict]
     max_completion_tokens: int | None = None
+    tools: list | None = None
+    tool_choice: str | dict | None = None
+    parallel_tool_calls: bool = True
+    reasoning_effort: str | None = None
 
 
 class CompletionRequest(_Base):
@@ -56,24 +73,74 @@ def _request(body: _Base, limit: int | None, **what) -> GenerationRequest:
         model=body.model, max_tokens=limit, stop=stop_list(body.stop), stream=body.stream,
         sampling=sampling(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, min_p=body.min_p,
                           repetition_penalty=body.repetition_penalty, seed=body.seed),
-        keep_alive=keep_alive(body.keep_alive), ignore_eos=body.ignore_eos, **what)
+        keep_alive=keep_alive(body.keep_alive), ignore_eos=body.ignore_eos,
+        response_format=_response_format(body.response_format), **what)
+
+
+def _response_format(value: dict | None) -> ResponseFormat | None:
+    kind = (value or {}).get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return ResponseFormat()
+    if kind == "json_schema":
+        spec = value.get("json_schema")
+        if not isinstance(spec, dict) or "schema" not in spec:
+            raise BadRequest("response_format.json_schema.schema is required", param="response_format")
+        return json_schema(spec["schema"], "response_format.json_schema.schema")
+    raise BadRequest(f"response_format.type must be text, json_object or json_schema, not {kind!r}",
+                     param="response_format")
+
+
+def _tool_choice(value) -> ToolChoice:
+    if value is None or value in ("auto", "none", "required"):
+        return ToolChoice(value or "auto")
+    if isinstance(value, dict) and isinstance((value.get("function") or {}).get("name"), str):
+        return ToolChoice("named", value["function"]["name"])
+    raise BadRequest('tool_choice must be "none", "auto", "required" or {"type": "function", "function": '
+                     '{"name": ...}}', param="tool_choice")
+
+
+_EFFORTS = ("none", "minimal", "low", "medium", "high")
+
+
+def _thinking(effort: str | None) -> Thinking:
+    if effort is None:
+        return Thinking()
+    if effort not in _EFFORTS:
+        raise BadRequest(f"reasoning_effort must be one of {', '.join(_EFFORTS)}", param="reasoning_effort")
+    return Thinking(enabled=False) if effort == "none" else Thinking(enabled=True, effort=effort)
+
+
+def _message(m: dict, i: int) -> Message:
+    role = m.get("role")
+    where = f"messages[{i}]"
+    if role not in ("system", "developer", "user", "assistant", "tool"):
+        raise BadRequest(f"{where}.role must be system, developer, user, assistant or tool", param=f"{where}.role")
+    content = text_of(m.get("content"), f"{where}.content")
+    if role == "tool":
+        return Message("tool", content, tool_call_id=str(m.get("tool_call_id") or ""),
+                       name=m.get("name") if isinstance(m.get("name"), str) else None)
+    if role == "assistant":
+        thinking = m.get("reasoning_content") or m.get("reasoning")
+        return Message("assistant", content, tool_calls=function_calls(m.get("tool_calls"), f"{where}.tool_calls"),
+                       thinking=thinking if isinstance(thinking, str) else None)
+    return Message("system" if role == "developer" else role, content)
 
 
 def chat_request(body: ChatRequest) -> GenerationRequest:
     if not body.messages:
         raise BadRequest("messages must not be empty", param="messages")
-    messages = []
-    for i, m in enumerate(body.messages):
-        role = m.get("role")
-        if role not in ("system", "developer", "user", "assistant", "tool"):
-            raise BadRequest(f"messages[{i}].role must be system, developer, user, assistant or tool",
-                             param=f"messages[{i}].role")
-        messages.append(Message("system" if role == "developer" else role,
-                                text_of(m.get("content"), f"messages[{i}].content")))
+    messages = [_message(m if isinstance(m, dict) else {}, i) for i, m in enumerate(body.messages)]
+    names = {c.id: c.name for m in messages for c in m.tool_calls}
+    messages = [Message("tool", m.content, tool_call_id=m.tool_call_id, name=names.get(m.tool_call_id))
+                if m.role == "tool" and m.name is None else m for m in messages]
     limit = max_tokens(body.max_completion_tokens, "max_completion_tokens")
     if limit is None:
         limit = max_tokens(body.max_tokens, "max_tokens")
-    return _request(body, limit, messages=messages)
+    return _request(body, limit, messages=messages, tools=function_tools(body.tools),
+                    tool_choice=_tool_choice(body.tool_choice), parallel_tool_calls=body.parallel_tool_calls,
+                    thinking=_thinking(body.reasoning_effort))
 
 
 def completion_request(body: CompletionRequest) -> GenerationRequest:
@@ -84,6 +151,10 @@ def completion_request(body: CompletionRequest) -> GenerationRequest:
         prompt = prompt[0]
     limit = max_tokens(body.max_tokens, "max_tokens")
     return _request(body, 16 if limit is None else limit, prompt=prompt)  # 16: the API's own default
+
+
+def _call(c: ToolCall) -> dict:
+    return {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
 
 
 def _usage(u: Usage) -> dict:
@@ -117,8 +188,13 @@ class OpenAIView:
     def complete(self, result: Result) -> dict:
         reason = finish.openai(result.done.finish_reason)
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": result.text, "refusal": None},
-                      "logprobs": None, "finish_reason": reason}
+            message = {"role": "assistant", "content": result.text or (None if result.tool_calls else ""),
+                       "refusal": None}
+            if result.thinking:
+                message["reasoning_content"] = message["reasoning"] = result.thinking
+            if result.tool_calls:
+                message["tool_calls"] = [_call(c) for c in result.tool_calls]
+            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
         else:
             choice = {"index": 0, "text": result.text, "logprobs": None, "finish_reason": reason}
         return {"id": self.id, "object": self._object, "created": self.created, "model": self.model,
@@ -137,12 +213,24 @@ class OpenAIView:
             return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
         return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
 
+    def _delta(self, delta: dict) -> str:
+        return self._chunk([{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}])
+
     async def stream(self, events: AsyncIterator[Event]):
         if self.chat:
             yield Preamble(self._chunk([self._choice("", None, first=True)]))
+        calls = 0
         async for event in events:
             if isinstance(event, TextDelta):
                 yield self._chunk([self._choice(event.text, None)])
+            elif isinstance(event, ThinkingDelta) and self.chat:
+                yield self._delta({"reasoning_content": event.text, "reasoning": event.text})
+            elif isinstance(event, ToolCall) and self.chat:  # id, type and name first; then the arguments
+                head = _call(event) | {"index": calls}
+                head["function"] = {"name": event.name, "arguments": ""}
+                yield self._delta({"tool_calls": [head]})
+                yield self._delta({"tool_calls": [{"index": calls, "function": {"arguments": event.arguments}}]})
+                calls += 1
             elif isinstance(event, Done):
                 yield self._chunk([self._choice(None, finish.openai(event.finish_reason))])
                 if self.include_usage:
@@ -184,7 +272,7 @@ async def list_models(request: Request):
                  "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(m.created))} for m in found]
         return {"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
                 "last_id": data[-1]["id"] if data else None}
-    models = [_model_object(m.name, m.created) for m in found]
+    models = [_model_object(m.name, m.created, {"capabilities": capabilities(m.entry)}) for m in found]
     return {"object": "list", "data": models}
 
 
@@ -220,4 +308,4 @@ async def get_model(request: Request, name: str):
     if "anthropic-version" in request.headers:
         return {"type": "model", "id": info.name, "display_name": info.name,
                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(info.created))}
-    return _model_object(info.name, info.created)
+    return _model_object(info.name, info.created, {"capabilities": capabilities(info.entry)})

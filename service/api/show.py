@@ -14,6 +14,13 @@ CAPABILITIES = {"chat": "completion", "generate": "completion", "tools": "tools"
                 "thinking": "thinking", "embedding": "embedding", "audio": "audio"}
 
 
+def capabilities(entry: Entry | None) -> list[str]:
+    """Ollama's capability names for what the catalog says a model can do (what requests are checked against);
+    a model outside the catalog is assumed to chat and complete only."""
+    abilities = entry.family.abilities if entry else ("chat", "generate")
+    return sorted({CAPABILITIES[a] for a in abilities}, key=list(CAPABILITIES.values()).index)
+
+
 def _human(n: float) -> str:
     for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if n >= size:
@@ -80,8 +87,6 @@ def render_show(catalog: Catalog, entry: Entry | None, name: str, path: Path | N
     if path and (path / "chat_template.jinja").is_file():
         template = (path / "chat_template.jinja").read_text(encoding="utf-8")
     stops = list(style.stop) if style else []
-    abilities = entry.family.abilities if entry else ("chat", "generate")
-    capabilities = sorted({CAPABILITIES[a] for a in abilities}, key=list(CAPABILITIES.values()).index)
     modified = max((p.stat().st_mtime for p in path.glob("*")), default=0) if path else 0
     out = {
         "license": entry.family.license if entry else "",
@@ -90,7 +95,7 @@ def render_show(catalog: Catalog, entry: Entry | None, name: str, path: Path | N
         "template": template,
         "details": summary_details(entry),
         "model_info": _model_info(entry, config),
-        "capabilities": capabilities,
+        "capabilities": capabilities(entry),
         "modified_at": mtime_iso(int(modified)),
         "mlx_service": {
             "name": name,

@@ -36,10 +36,12 @@ class Generation:
 
     @classmethod
     async def start(cls, manager: ModelManager, req: GenerationRequest) -> Generation:
-        lease = await manager.lease(req.model, req.keep_alive)
+        target = manager.resolve(req.model)
+        job = manager.job(req, target)
+        lease = await manager.lease(req.model, req.keep_alive, target=target)
         events = None
         try:
-            events = lease.served.runner.submit(manager.job(lease.served, req))
+            events = lease.served.runner.submit(job.start())
             first = await events.__anext__()
         except BaseException:
             with anyio.CancelScope(shield=True):

@@ -35,12 +35,13 @@ from mlx_lm.sample_utils import (
     make_sampler,
 )
 
-from ..engine.events import Done, FinishReason, TextDelta, Timings, Usage
+from ..engine.events import Done, FinishReason, Timings, ToolCall, Usage
 from ..engine.job import Job, SamplingParams
 from ..engine.stops import StopMatcher
 from ..errors import BadRequest, GenerationTimeout, LoadFailed, ServiceError
 from .base import LoadSpec
 from .channel import Channel
+from .guidance import Guide
 
 log = logging.getLogger("mlx_service.runner")
 
@@ -72,6 +73,7 @@ class _Live:
     processors: list = field(default_factory=list)
     detokenizer: Any = None
     matcher: StopMatcher | None = None
+    output: Any = None  # the job's OutputSplitter: answer, reasoning and tool calls
     stop_sequence: str | None = None  # which of the request's stop strings ended it
     sent_text: bool = False
 
@@ -180,6 +182,7 @@ class MlxLmRunner:
         self.prompt_cache = (LRUPromptCache(max_size=spec.cache_entries, max_bytes=spec.cache_bytes)
                              if spec.cache_entries > 0 else None)
         self._eos = list(self.tokenizer.eos_token_ids)
+        self._guide = Guide(self.tokenizer, self._eos)
         self._greedy, self._greedy_banning = greedy_sampler, _banning(self._eos, greedy_sampler)
 
     def _serve(self, stream) -> None:
@@ -302,7 +305,9 @@ class MlxLmRunner:
         """Template, tokenize, find a cached prefix: everything a job needs before it runs, solo or batched."""
         job = live.job
         live.admitted = time.perf_counter()
-        live.tokens = self._prompt_tokens(job)
+        with self._tokenizing:
+            text, live.tokens = self._render(job)
+            live.processors = self._processors(job, text)  # a grammar tokenizes its markers
         if not live.tokens:
             raise BadRequest("the prompt is empty")
         live.cache, rest = self._prefix(live.tokens)
@@ -310,7 +315,8 @@ class MlxLmRunner:
         live.detokenizer = self.tokenizer.detokenizer
         live.detokenizer.reset()
         live.matcher = StopMatcher(list(job.stop) + ([] if job.ignore_eos else list(self._spec.stops)))
-        live.sampler, live.processors = self._sampler(job), self._processors(job)
+        live.output = job.output.splitter(text)
+        live.sampler = self._sampler(job)
 
     def _to_batch(self, live: _Live, batch) -> int:
         """Insert a job into the batch with the cache it has so far: it holds `seen[:k]`, the batch feeds the
@@ -338,8 +344,9 @@ class MlxLmRunner:
         if live.steps is not None:
             live.steps.close()
             live.steps = None
-            if hasattr(live.sampler, "rewind"):  # the step it ran ahead drew a random key it never used
-                live.sampler.rewind()
+            for taker in (live.sampler, *live.processors):  # the step it ran ahead and threw away
+                if hasattr(taker, "rewind"):  # drew a random key, and a grammar consumed a token
+                    taker.rewind()
 
     def _solo_step(self, live: _Live) -> _Live | None:
         """One prefill chunk or one token of the solo job; returns it, or None once it finished."""
@@ -395,20 +402,23 @@ class MlxLmRunner:
             live.detokenizer.add_token(token)
         if eos or last:
             live.detokenizer.finalize()
-        piece = live.matcher.feed(live.detokenizer.last_segment)
-        if piece:
-            live.channel.put(TextDelta(piece), hold=alone and not live.sent_text)
-            live.sent_text = True
+        self._send(live, live.output.feed(live.matcher.feed(live.detokenizer.last_segment)), alone)
         matched = live.matcher.matched
         if matched is not None:
             live.stop_sequence = matched if matched in live.job.stop else None
-            return FinishReason.STOP_SEQUENCE if live.stop_sequence else FinishReason.STOP
-        if eos or last:
-            tail = live.matcher.flush()
-            if tail:
-                live.channel.put(TextDelta(tail))
-            return FinishReason.STOP if eos else FinishReason.LENGTH
-        return None
+            reason = FinishReason.STOP_SEQUENCE if live.stop_sequence else FinishReason.STOP
+        elif eos or last:
+            self._send(live, live.output.feed(live.matcher.flush()), alone)
+            reason = FinishReason.STOP if eos else FinishReason.LENGTH
+        else:
+            return None
+        self._send(live, live.output.finish(), alone)
+        return FinishReason.TOOL_CALLS if reason is FinishReason.STOP and live.output.called else reason
+
+    def _send(self, live: _Live, pieces: list, alone: bool) -> None:
+        for piece in pieces:  # a lone job's first text is held a moment, to leave with what follows it
+            live.channel.put(piece, hold=alone and not live.sent_text and not isinstance(piece, ToolCall))
+            live.sent_text = True
 
     def _finish(self, live: _Live, reason: FinishReason) -> None:
         end = time.perf_counter()
@@ -423,21 +433,22 @@ class MlxLmRunner:
     # ---- prompt, prefix cache, sampling -------------------------------------------------------------------
     def _prompt_tokens(self, job: Job) -> list[int]:
         with self._tokenizing:  # also called from count_tokens' thread; HF tokenizers are not reentrant
-            return self._tokenize(job)
+            return self._render(job)[1]
 
-    def _tokenize(self, job: Job) -> list[int]:
-        tokenizer = self.tokenizer
-        if job.messages is None:
-            return list(tokenizer.encode(job.prompt or ""))
+    def _render(self, job: Job) -> tuple[str, list[int]]:
+        """The prompt's text (for what the output starts with) and tokens."""
+        tokenizer, chat = self.tokenizer, job.chat
+        if chat is None:
+            return job.prompt or "", list(tokenizer.encode(job.prompt or ""))
         if not getattr(tokenizer, "chat_template", None):
             raise BadRequest(f"model {self.name} has no chat template: use a completion endpoint, or give its "
                              "catalog prompt style a `chat_template`")
-        messages = [{"role": m.role, "content": m.content} for m in job.messages]
         try:
-            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            text = tokenizer.apply_chat_template(list(chat.messages), tools=list(chat.tools) if chat.tools else None,
+                                                 add_generation_prompt=True, tokenize=False, **chat.kwargs)
         except Exception as exc:  # templates raise for e.g. unsupported role orders
             raise BadRequest(f"the chat template of {self.name} rejected these messages: {exc}") from exc
-        return list(tokenizer.encode(text, add_special_tokens=False))
+        return text, list(tokenizer.encode(text, add_special_tokens=False))
 
     def _prefix(self, tokens: list[int]):
         """(cache, tokens still to process), reusing the longest cached prefix when prefix caching is on.
@@ -479,10 +490,12 @@ class MlxLmRunner:
             return self._greedy_banning
         return _banning(self._eos, sampler)
 
-    def _processors(self, job: Job) -> list:
+    def _processors(self, job: Job, prompt_text: str) -> list:
         penalty = job.sampling.repetition_penalty
         processors = make_logits_processors(repetition_penalty=penalty) if penalty != 1.0 else []
-        return processors + list(job.logits_processors)
+        if job.constraint is not None:
+            processors.append(self._guide.processor(job.constraint, prompt_text))
+        return processors
 
 
 def _sampler(params: SamplingParams):
