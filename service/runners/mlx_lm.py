@@ -211,6 +211,7 @@ class MlxLmRunner:
                     solo = self._expire(waiting, batch, running, solo)
                     if solo is not None and waiting:  # company: the solo job continues in the batch
                         running[self._to_batch(solo, batch)] = solo
+                        self._counts["solo_to_batch"] += 1
                         solo = None
                     while waiting and len(running) < self.capacity:
                         live = waiting.popleft()
