@@ -32,6 +32,7 @@ bench: setup
 	$(BENCH_ENV) $(PY) bench/memory.py
 	$(BENCH_ENV) $(PY) bench/serve.py
 	$(BENCH_ENV) $(PY) bench/concurrency.py
+	$(BENCH_ENV) $(PY) bench/structured.py
 	$(PY) bench/pull.py
 
 clean:

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
 from _report import RESULTS, build, table, update_readme, write  # noqa: E402
-from serve import consume, interval, loaded, openai_parse, prompts, start_peer, start_service  # noqa: E402
+from serve import consume, interval, loaded, openai_parse, prompts, released_together, start_peer, start_service  # noqa: E402
 
 # tag, tokens per request, rounds
 MODELS = {"tiny": ("bench-serve:tiny-f32", 128, 6), "60m": ("bench-serve:60m-f32", 48, 5)}
@@ -68,15 +68,8 @@ class Server:
         """All streams at once: (aggregate tokens/s, each stream's result). The clients are made first and
         released together, so the time measured is the server's, not the clients' set-up."""
         outs = [{} for _ in chats]
-        go = threading.Barrier(len(chats) + 1)
-        threads = [threading.Thread(target=self.stream, args=(c, tokens, o, httpx.Client(timeout=600), go))
-                   for c, o in zip(chats, outs)]
-        for t in threads:
-            t.start()
-        go.wait()
-        start = time.perf_counter()
-        for t in threads:
-            t.join()
+        start = released_together([lambda go, c=c, o=o: self.stream(c, tokens, o, httpx.Client(timeout=600), go)
+                                   for c, o in zip(chats, outs)])
         wall = max(o["end"] for o in outs) - start
         return sum(o["tokens"] for o in outs) / wall, outs
 

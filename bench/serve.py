@@ -27,6 +27,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -164,6 +165,20 @@ def ollama_parse(line: str):
         return None
     data = json.loads(line)
     return data["message"]["content"], data.get("eval_count") if data.get("done") else None
+
+
+def released_together(work: list) -> float:
+    """Run each `work(go)` on a thread of its own; each sets itself up and waits at `go`, so all start at once.
+    Returns when they were released (the time measured is the server's, not the clients' set-up)."""
+    go = threading.Barrier(len(work) + 1)
+    threads = [threading.Thread(target=w, args=(go,)) for w in work]
+    for t in threads:
+        t.start()
+    go.wait()
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    return start
 
 
 def consume(lines, parse) -> tuple[list[float], list[str], int]:

@@ -319,4 +319,7 @@ def test_all_three_sdks_render_thinking_text_and_calls(tmp_path, monkeypatch):
         assert [(c.function.name, c.function.arguments) for c in r.message.tool_calls] == [
             ("get_weather", {"city": "Paris", "days": 2}), ("get_time", {})]
         parts = list(oll.chat(model="tiny-qwen3", messages=ASK, tools=TOOLS, stream=True))
-        assert sum(len(p.message.tool_calls or []) for p in parts) == 2
+        assert [c.function.name for p in parts for c in p.message.tool_calls or []] == ["get_weather", "get_time"]
+        lines = [json.loads(x) for x in client.post("/api/chat", json={"model": "tiny-qwen3", "messages": ASK,
+                                                                         "tools": TOOLS}).text.splitlines()]
+        assert [c["function"]["index"] for x in lines for c in x["message"].get("tool_calls", [])] == [0, 1]

@@ -151,14 +151,15 @@ class OllamaView:
     load_seconds: float = 0.0
     media_type = "application/x-ndjson"
 
-    def _line(self, text: str, done: Done | None = None, thinking: str = "", calls: list[ToolCall] = ()) -> dict:
+    def _line(self, text: str, done: Done | None = None, thinking: str = "", calls: list[ToolCall] = (),
+              first_call: int = 0) -> dict:
         out: dict = {"model": self.name, "created_at": _created_at()}
         if self.chat:
             out["message"] = {"role": "assistant", "content": text}
             if thinking:
                 out["message"]["thinking"] = thinking
             if calls:
-                out["message"]["tool_calls"] = [_call(c, i) for i, c in enumerate(calls)]
+                out["message"]["tool_calls"] = [_call(c, first_call + i) for i, c in enumerate(calls)]
         else:
             out["response"] = text
             if thinking:
@@ -170,13 +171,15 @@ class OllamaView:
         return self._line(result.text, result.done, result.thinking, result.tool_calls)
 
     async def stream(self, events: AsyncIterator[Event]):
+        calls = 0
         async for event in events:
             if isinstance(event, TextDelta):
                 yield json.dumps(self._line(event.text)) + "\n"
             elif isinstance(event, ThinkingDelta):
                 yield json.dumps(self._line("", thinking=event.text)) + "\n"
             elif isinstance(event, ToolCall):
-                yield json.dumps(self._line("", calls=[event])) + "\n"
+                yield json.dumps(self._line("", calls=[event], first_call=calls)) + "\n"
+                calls += 1
             elif isinstance(event, Done):
                 yield json.dumps(self._line("", event)) + "\n"
 

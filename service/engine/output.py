@@ -72,7 +72,39 @@ class _Marker(str):
     pass
 
 
-class OutputSplitter:
+class _Splitter:
+    """Feeds a scanner's items to `_item`; `_end` closes what is open when the output ends."""
+
+    scanner: _Scanner
+    calls = 0
+
+    @property
+    def called(self) -> bool:
+        return self.calls > 0
+
+    def feed(self, text: str) -> list[Piece]:
+        out: list[Piece] = []
+        for item in self.scanner.feed(text):
+            self._item(item, out)
+        return out
+
+    def finish(self) -> list[Piece]:
+        """The rest, at the end of the output."""
+        out: list[Piece] = []
+        tail = self.scanner.flush()
+        if tail:
+            self._item(tail, out)
+        self._end(out)
+        return out
+
+    def _item(self, item: str, out: list[Piece]) -> None:
+        raise NotImplementedError
+
+    def _end(self, out: list[Piece]) -> None:
+        raise NotImplementedError
+
+
+class OutputSplitter(_Splitter):
     def __init__(self, spec: OutputSpec, thinking: bool = False):
         self.spec = spec
         fmt = spec.tool_format
@@ -84,27 +116,11 @@ class OutputSplitter:
         self.mode = "thinking" if thinking else "text"
         self.begun = False  # any answer text sent yet (leading whitespace is not sent)
         self.buffer = ""  # a call's text (or a whole untagged reply) until it is complete
-        self.calls = 0
 
-    def feed(self, text: str) -> list[Piece]:
-        out: list[Piece] = []
-        for item in self.scanner.feed(text):
-            self._item(item, out)
-        return out
-
-    def finish(self) -> list[Piece]:
-        """The rest, at the end of the output: an open call is parsed as it stands."""
-        out: list[Piece] = []
-        tail = self.scanner.flush()
-        if tail:
-            self._item(tail, out)
+    def _end(self, out: list[Piece]) -> None:
+        """An open call is parsed as it stands (complete where the format has no end marker)."""
         if self.mode in ("call", "untagged"):
             self._close_call(out, complete=self.mode == "untagged" or self.call_end is None)
-        return out
-
-    @property
-    def called(self) -> bool:
-        return self.calls > 0
 
     def _item(self, item: str, out: list[Piece]) -> None:
         spec = self.spec
@@ -157,7 +173,7 @@ class OutputSplitter:
             out.append(call)
 
 
-class HarmonySplitter:
+class HarmonySplitter(_Splitter):
     """gpt-oss's Harmony output: `<|channel|>analysis<|message|>...<|end|>` is reasoning,
     `<|channel|>final<|message|>...` the answer, `<|channel|>commentary to=functions.X ...<|message|>{...}` a
     call; `<|start|>assistant` opens the next message. Text outside any channel is answer text."""
@@ -172,25 +188,6 @@ class HarmonySplitter:
         self.header = ""
         self.buffer = ""
         self.begun = False
-        self.calls = 0
-
-    @property
-    def called(self) -> bool:
-        return self.calls > 0
-
-    def feed(self, text: str) -> list[Piece]:
-        out: list[Piece] = []
-        for item in self.scanner.feed(text):
-            self._item(item, out)
-        return out
-
-    def finish(self) -> list[Piece]:
-        out: list[Piece] = []
-        tail = self.scanner.flush()
-        if tail:
-            self._item(tail, out)
-        self._end_message(out)
-        return out
 
     def _item(self, item: str, out: list[Piece]) -> None:
         if isinstance(item, _Marker):
@@ -202,9 +199,9 @@ class HarmonySplitter:
                     else "final"
                 self.buffer = ""
             elif item in ("<|end|>", "<|call|>", "<|return|>"):
-                self._end_message(out)
+                self._end(out)
             elif item == "<|start|>":
-                self._end_message(out)
+                self._end(out)
                 self.mode = "role"
             elif self.mode == "header":
                 self.header += item
@@ -224,7 +221,8 @@ class HarmonySplitter:
                 if item:
                     out.append(TextDelta(item))
 
-    def _end_message(self, out: list[Piece]) -> None:
+    def _end(self, out: list[Piece]) -> None:
+        """The message in progress ends: a call in the commentary channel is parsed."""
         if self.mode == "body" and self.channel == "tool":
             fmt = self.spec.tool_format
             calls = fmt.parse(self.header + "<|message|>" + self.buffer, list(self.spec.tools)) if fmt else None
