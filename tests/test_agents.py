@@ -208,6 +208,9 @@ def test_a_volatile_billing_header_does_not_defeat_prefix_reuse(ant):
 def test_ollama_format_schema_and_json_are_enforced(oll):
     r = oll.chat(model="tiny-llama3", messages=ASK, format=ANSWER_SCHEMA, options={"num_predict": 60})
     jsonschema.validate(json.loads(r.message.content), ANSWER_SCHEMA)
+    parts = list(oll.chat(model="tiny-llama3", messages=ASK, format=ANSWER_SCHEMA, stream=True,
+                          options={"num_predict": 60}))
+    assert "".join(p.message.content for p in parts) == r.message.content and parts[-1].done_reason == "stop"
     g = oll.generate(model="tiny-llama3", prompt="Answer in JSON", format="json", options={"num_predict": 200})
     assert isinstance(json.loads(g.response), dict) and g.done_reason == "stop"
 
