@@ -8,6 +8,7 @@ import re
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 FOREVER = math.inf
+LONGEST = 10 * 365 * 86400.0  # longer is a mistake (or an attack on date arithmetic): say "forever" with -1
 
 
 def parse_keep_alive(value) -> float:
@@ -31,6 +32,9 @@ def parse_keep_alive(value) -> float:
             seconds = sign * sum(float(n) * _UNITS[u] for n, u in parts)
     else:
         _bad(value)
+    if not math.isfinite(seconds) or seconds > LONGEST:
+        raise ValueError(f"invalid keep_alive {value!r}: at most {LONGEST // 86400:.0f} days; a negative value "
+                         "keeps the model loaded for good")
     return FOREVER if seconds < 0 else seconds
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from .catalog import Entry, UncatalogedRepo
 from .errors import BadRequest
 
+GENERATED = "generated"
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 
 
@@ -24,6 +25,8 @@ class Located:
 def inside(root: Path, *parts: str) -> Path:
     """`root/parts...`, refusing anything that would resolve outside `root`."""
     joined = "/".join(parts)
+    if len(joined) > 512 or any(len(p.encode()) > 255 for p in joined.split("/")):
+        raise BadRequest("invalid model name: too long (a name is at most 512 characters, 255 per part)")
     if not _SAFE.match(joined) or ".." in joined.split("/"):
         raise BadRequest(f"invalid model name {joined!r}: letters, digits, '.', '_', '-' and one '/' only")
     path = (root / joined).resolve()
@@ -53,7 +56,7 @@ def is_complete(folder: Path) -> bool:
 
 
 def generated_dir(models_dir: Path, entry: Entry) -> Path:
-    return inside(models_dir, "generated", entry.tag.replace(":", "-"))
+    return inside(models_dir, GENERATED, entry.tag.replace(":", "-"))
 
 
 def hf_snapshot(repo: str, revision: str | None) -> Path | None:
@@ -73,6 +76,8 @@ def locate(models_dir: Path, target: Entry | UncatalogedRepo) -> Located:
     repo = target.quantization.repo if isinstance(target, Entry) else target.repo
     revision = target.quantization.revision if isinstance(target, Entry) else None
     for candidate in (inside(models_dir, repo), inside(models_dir, repo.split("/")[-1])):
+        if candidate.parent.name == GENERATED or candidate.name == GENERATED:
+            continue  # MODELS_DIR/generated holds recipe builds; it is reached through their catalog entries only
         if is_complete(candidate):
             return Located(candidate, "models_dir")
     snapshot = hf_snapshot(repo, revision)
@@ -84,5 +89,7 @@ def local_folder(models_dir: Path, name: str) -> Path | None:
     try:
         folder = inside(models_dir, name)
     except BadRequest:
+        return None
+    if name.split("/")[0] == GENERATED:
         return None
     return folder if is_complete(folder) else None

@@ -77,11 +77,16 @@ class Served:
         return max(0, self.generating - self.runner.capacity)
 
 
+MAX_NAME = 256  # the longest model name looked up: longer ones are no catalog name, repo id or folder
+
+
 def resolve_target(settings: Settings, catalog: Catalog, name: str) -> Target:
     """What `name` means here: a catalog entry, an uncataloged repo in the cache, or a MODELS_DIR folder.
     The same answer for every endpoint: unknown is a 404 with suggestions, ambiguous a 400 with candidates."""
     if not isinstance(name, str) or not name.strip():
         raise BadRequest("`model` is required", param="model")
+    if len(name) > MAX_NAME or not name.isprintable():
+        raise BadRequest(f"`model` must be a printable name of at most {MAX_NAME} characters", param="model")
     try:
         found = catalog.resolve(name)
     except AmbiguousModel as exc:

@@ -14,6 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
 from urllib.parse import unquote, urlparse
 
 
@@ -43,6 +44,10 @@ class Faults:
     corrupt: set[str] = field(default_factory=set)  # paths served with wrong bytes
     stall: dict[str, float] = field(default_factory=dict)  # path -> seconds to stall after half the file
     missing: set[str] = field(default_factory=set)  # listed in the tree, but 404 EntryNotFound on download
+    # A hostile mirror: rewrite the revision info or the tree listing before it is sent; append bytes to a file.
+    info: Callable[[dict], dict] | None = None
+    tree: Callable[[list], list] | None = None
+    extra: dict[str, bytes] = field(default_factory=dict)
 
 
 class FakeHub:
@@ -118,7 +123,8 @@ class FakeHub:
         if repo is None:
             return
         siblings = [{"rfilename": p, "size": len(d), "blobId": git_blob_sha1(d)} for p, d in repo.files.items()]
-        self._json(h, {"id": repo_id, "modelId": repo_id, "sha": sha, "siblings": siblings, "private": False})
+        info = {"id": repo_id, "modelId": repo_id, "sha": sha, "siblings": siblings, "private": False}
+        self._json(h, self.faults.info(info) if self.faults.info else info)
 
     def _tree(self, h, repo_id: str, revision: str) -> None:
         repo, sha = self._repo(h, repo_id, revision, False)
@@ -130,7 +136,7 @@ class FakeHub:
             if repo.lfs(p):
                 entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
             entries.append(entry)
-        self._json(h, entries)
+        self._json(h, self.faults.tree(entries) if self.faults.tree else entries)
 
     def _file(self, h, repo_id: str, revision: str, path: str, head: bool) -> None:
         repo, sha = self._repo(h, repo_id, revision, head)
@@ -147,7 +153,7 @@ class FakeHub:
         if rng and not head:
             m = re.match(r"bytes=(\d+)-(\d*)", rng)
             start, end = int(m.group(1)), int(m.group(2)) if m.group(2) else len(data) - 1
-        body = data[start:end + 1]
+        body = data[start:end + 1] + self.faults.extra.get(path, b"")
         partial = bool(rng) and not head
         h.send_response(206 if partial else 200)
         h.send_header("ETag", f'"{etag}"')
@@ -155,7 +161,7 @@ class FakeHub:
         if repo.lfs(path):
             h.send_header("X-Linked-Etag", f'"{etag}"')
             h.send_header("X-Linked-Size", str(len(data)))
-        h.send_header("Content-Length", str(len(data) if head else len(body)))
+        h.send_header("Content-Length", str(len(data) if head else len(body)))  # `extra` bytes included
         if partial:
             h.send_header("Content-Range", f"bytes {start}-{start + len(body) - 1}/{len(data)}")
         h.end_headers()

@@ -15,6 +15,7 @@ import pytest
 
 from service.hub import store
 from service.hub.pull import Gated, Offline, PullCancelled, Puller, PullError
+from service.hub.untrusted import TamperedListing
 from service.locate import is_complete
 
 from .conftest import ROOT
@@ -290,3 +291,71 @@ def test_cli_ps_talks_to_a_running_server(server):
     out = subprocess.run([sys.executable, "-m", "service.cli", "ps"], env=env, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0 and "tiny:s-f32" in out.stdout
+
+
+# ---- a hostile mirror --------------------------------------------------------------------------------------
+def _outside(tmp_path: Path) -> Path:
+    victim = tmp_path / "outside"
+    victim.mkdir(exist_ok=True)
+    (victim / "precious.txt").write_text("user data")
+    return victim
+
+
+def _retarget(entries: list, name: str, **changes) -> list:
+    return [{**e, **changes} if e["path"] == name else e for e in entries]
+
+
+@pytest.mark.parametrize("tamper", [
+    lambda t, out: _retarget(t, "tokenizer.json", path="../../../../outside/evil.json"),
+    lambda t, out: _retarget(t, "tokenizer.json", path=str(out / "evil.json")),
+    lambda t, out: _retarget(t, "tokenizer.json", path="a/../../b.json"),
+    lambda t, out: _retarget(t, "tokenizer.json", path="C:/evil.json"),
+    lambda t, out: _retarget(t, "tokenizer.json", path="nul\0.json"),
+    lambda t, out: _retarget(t, "tokenizer.json", oid="../../../outside/x"),
+    lambda t, out: _retarget(t, "tokenizer.json", oid=str(out / "precious.txt")),
+    lambda t, out: _retarget(t, "model.safetensors", lfs={"oid": "../" * 8 + "outside/x", "size": 1}),
+    lambda t, out: _retarget(t, "tokenizer.json", size=-5),
+    lambda t, out: _retarget(t, "tokenizer.json", size="12"),
+    lambda t, out: _retarget(t, "tokenizer.json", size=10**30),
+    lambda t, out: t + ["not an entry"],
+    lambda t, out: {"files": t},
+])
+def test_a_hostile_listing_is_refused_before_anything_is_written(hub, puller, tmp_path, tamper):
+    out = _outside(tmp_path)
+    hub.faults.tree = lambda entries: tamper(entries, out)
+    with pytest.raises(TamperedListing) as err:
+        puller.pull(puller.plan("org/model"))
+    assert err.value.status == 502 and "org/model" in err.value.message and str(tmp_path) not in err.value.message
+    assert sorted(p.name for p in out.iterdir()) == ["precious.txt"]
+    assert not (puller.cache_dir / "models--org--model" / "snapshots").exists()
+    assert not list(tmp_path.glob("*.json")) and not list(tmp_path.glob("*.mlx-lock"))
+
+
+@pytest.mark.parametrize("sha", ["../../../outside/snap", "/tmp/snap", "ABC", "0" * 39, 12, None])
+def test_a_hostile_commit_sha_is_refused(hub, puller, tmp_path, sha):
+    out = _outside(tmp_path)
+    hub.faults.info = lambda info: {**info, "sha": sha}
+    with pytest.raises(TamperedListing, match="40-hex"):
+        puller.plan("org/model")
+    assert sorted(p.name for p in out.iterdir()) == ["precious.txt"]
+
+
+@pytest.mark.parametrize("repo, revision", [("../etc", None), ("org/model", "../../../outside/ref"),
+                                            ("org/model", "/abs"), ("org/..", None)])
+def test_repo_ids_and_revisions_cannot_name_paths(puller, repo, revision):
+    with pytest.raises(TamperedListing, match="invalid"):
+        puller.plan(repo, revision)
+
+
+def test_a_body_longer_than_its_listed_size_stops_at_the_size(hub, puller):
+    hub.faults.extra["tokenizer.json"] = b"x" * 100_000
+    snap = puller.pull(puller.plan("org/model"))
+    assert (snap / "tokenizer.json").read_bytes() == b"{}"
+
+
+def test_listing_pages_cannot_continue_on_another_server(hub, puller, monkeypatch):
+    from huggingface_hub.utils import httpx as hub_httpx
+
+    monkeypatch.setattr(hub_httpx.Response, "links", property(lambda self: {"next": {"url": "http://evil/x"}}))
+    with pytest.raises(TamperedListing, match="another server"):
+        puller.plan("org/model")

@@ -18,27 +18,72 @@ from ..keepalive import parse_keep_alive
 M = TypeVar("M", bound=BaseModel)
 
 
+MAX_DEPTH = 64  # JSON nesting: real bodies (tool schemas included) stay far below
+
+
+async def read_body(request: Request) -> bytes:
+    """The body, refused (413) as soon as it passes MLX_SERVICE_MAX_REQUEST_BYTES, chunked or not: an oversized
+    body is never held in memory whole."""
+    limit = request.app.state.settings.max_request_bytes
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body of {declared} bytes is over the {limit}-byte limit "
+                              "(MLX_SERVICE_MAX_REQUEST_BYTES)")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body is over the {limit}-byte limit (MLX_SERVICE_MAX_REQUEST_BYTES)")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def parse_body(request: Request, model: type[M]) -> M:
     """Read and validate a JSON body; every problem is a 400 naming the field (never FastAPI's 422)."""
-    raw = await request.body()
-    limit = request.app.state.settings.max_request_bytes
-    if len(raw) > limit:
-        raise PayloadTooLarge(f"request body of {len(raw)} bytes is over the {limit}-byte limit "
-                              "(MLX_SERVICE_MAX_REQUEST_BYTES)")
+    raw = await read_body(request)
     if not raw.strip():
         raise BadRequest("missing request body: send a JSON object")
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"invalid JSON in request body: {exc}") from None
+    except RecursionError:
+        raise BadRequest(f"invalid JSON in request body: nested more than {MAX_DEPTH} levels deep") from None
     if not isinstance(data, dict):
         raise BadRequest("the request body must be a JSON object")
+    check_json(data)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
         raise BadRequest(f"{where}: {first['msg']}", param=where) from None
+
+
+def check_json(data: Any) -> None:
+    """Refuse what JSON can carry but nothing downstream should see: nesting deeper than MAX_DEPTH, and text
+    that is not Unicode (a lone surrogate such as "\\ud800", which tokenizers and file systems choke on)."""
+    stack = [(data, 1, "")]
+    while stack:
+        value, depth, where = stack.pop()
+        if depth > MAX_DEPTH:
+            raise BadRequest(f"the request body is nested more than {MAX_DEPTH} levels deep (at {where or 'body'})")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                _text(key, where)
+                stack.append((item, depth + 1, f"{where}.{key}" if where else str(key)))
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1, f"{where}[{i}]") for i, item in enumerate(value))
+        elif isinstance(value, str):
+            _text(value, where)
+
+
+def _text(value: str, where: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest(f"{where or 'body'}: text must be valid Unicode (a lone surrogate like \\ud800 is not)",
+                         param=where or None) from None
 
 
 def keep_alive(value: Any) -> float | None:

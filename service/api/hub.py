@@ -99,5 +99,8 @@ async def delete(request: Request):
     body = await parse_body(request, DeleteRequest)
     manager = request.app.state.manager
     name = (body.model or body.name or "").strip()
-    await asyncio.to_thread(store.delete, manager.settings, manager.catalog, name)
+    found = await asyncio.to_thread(store.find, manager.settings, manager.catalog, name)
+    for served in [s for s in manager.models.values() if s.target.path == found.path]:
+        await manager.unload(served.name)  # its files are about to go: never delete under a loaded model
+    await asyncio.to_thread(store.remove, manager.settings, found.path)
     return Response(status_code=200)

@@ -25,6 +25,8 @@ from urllib.parse import quote
 from filelock import FileLock
 
 from ..errors import BadRequest, NotFound, ServiceError
+from . import untrusted
+from .untrusted import TamperedListing
 
 LOADER_FILES = ("*.safetensors", "*.json", "*.jinja", "tokenizer.model", "*.tiktoken", "*.txt")
 CHUNK = 1 << 20
@@ -93,18 +95,20 @@ class Puller:
         if self.offline:
             raise Offline(f"cannot pull {repo}: offline (HF_HUB_OFFLINE is set); models already on disk are "
                           "still listed and served")
-        rev = revision or "main"
-        sha = self._get_json(repo, f"/api/models/{repo}/revision/{quote(rev, safe='')}", rev)["sha"]
+        untrusted.repo_id(repo)
+        rev = untrusted.revision(repo, revision or "main")
+        info = self._get_json(repo, f"/api/models/{repo}/revision/{quote(rev, safe='')}", rev)
+        sha = untrusted.commit(repo, info.get("sha") if isinstance(info, dict) else None)
         patterns = LOADER_FILES + (("*.py",) if trust_remote_code else ())
-        files = []
+        files, listed = [], 0
         url = f"/api/models/{repo}/tree/{sha}?recursive=true&expand=false"
         while url:
             page, url = self._get_json(repo, url, rev, paged=True)
-            for f in page:
-                name = f.get("path", "").split("/")[-1]
-                if f.get("type") == "file" and any(fnmatch.fnmatch(name, p) for p in patterns):
-                    lfs = f.get("lfs")
-                    files.append(RemoteFile(f["path"], int(f["size"]), lfs["oid"] if lfs else f["oid"], bool(lfs)))
+            if not isinstance(page, list) or (listed := listed + len(page)) > untrusted.MAX_FILES:
+                raise TamperedListing(f"the Hub's file listing for {repo} is not a list of at most "
+                                      f"{untrusted.MAX_FILES:,} files")
+            files += [f for f in map(lambda item: _listed(repo, item), page)
+                      if f and any(fnmatch.fnmatch(f.path.split("/")[-1], p) for p in patterns)]
         if not any(f.path == "config.json" for f in files):
             raise BadRequest(f"{repo} has no config.json: it is not a model checkpoint a loader can use")
         return Plan(repo, rev, sha, tuple(files))
@@ -134,9 +138,15 @@ class Puller:
                            "HF_TOKEN")
         if r.status_code != 200:
             raise PullError(f"the Hub answered HTTP {r.status_code} for {repo}: {r.text[:200]}")
-        data = r.json()
+        try:
+            data = r.json()
+        except ValueError:
+            raise TamperedListing(f"the Hub answered {repo} with something that is not JSON") from None
         if paged:
-            return data, r.links.get("next", {}).get("url")
+            following = r.links.get("next", {}).get("url")
+            if following and not following.startswith(self.endpoint + "/"):
+                raise TamperedListing(f"the Hub's listing for {repo} continues on another server: {following[:100]}")
+            return data, following
         return data
 
     # ---- pulling ----------------------------------------------------------------------------------------
@@ -212,12 +222,15 @@ class Puller:
                         with part.open(mode) as out:
                             written = offset if mode == "ab" else 0
                             for chunk in r.iter_bytes():  # as received: nothing buffered is lost on a drop
+                                chunk = chunk[: f.size - written]  # a body longer than listed stops at the size
                                 out.write(chunk)
                                 written += len(chunk)
                                 failures = 0
                                 advance(written)
                                 if cancel.is_set():
                                     raise PullCancelled(f"pull of {plan.repo} cancelled; run it again to resume")
+                                if written >= f.size:
+                                    break
                 except (httpx.TransportError, httpx.StreamError) as exc:
                     failures += 1
                     if failures > self.retries:
@@ -238,7 +251,8 @@ class Puller:
         staging = snapshots / f".{plan.sha}.mlx-staging"
         shutil.rmtree(staging, ignore_errors=True)
         for f in plan.files:
-            link = (final if final.exists() else staging) / f.path
+            root = final if final.exists() else staging
+            link = untrusted.within(snapshots, root / f.path)  # the listing was checked; this is the last guard
             if link.exists():
                 continue
             link.parent.mkdir(parents=True, exist_ok=True)
@@ -251,6 +265,19 @@ class Puller:
             refs.mkdir(exist_ok=True)
             (refs / plan.revision).write_text(plan.sha)
         return final
+
+
+def _listed(repo: str, item) -> RemoteFile | None:
+    """One entry of a tree listing, every field checked; None for folders."""
+    if not isinstance(item, dict):
+        raise TamperedListing(f"the Hub's file listing for {repo} holds something that is not a file entry")
+    if item.get("type") != "file":
+        return None
+    lfs = item.get("lfs")
+    if lfs is not None and not isinstance(lfs, dict):
+        raise TamperedListing(f"the Hub's file listing for {repo} has a malformed `lfs` entry")
+    return RemoteFile(untrusted.relative_path(repo, item.get("path")), untrusted.size(repo, item.get("size")),
+                      untrusted.etag(repo, (lfs or item).get("oid")), bool(lfs))
 
 
 def _verify(path: Path, f: RemoteFile) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from dataclasses import dataclass
@@ -125,8 +126,8 @@ def downloaded(settings: Settings, catalog: Catalog) -> list[Local]:
     return sorted(out.values(), key=lambda m: m.name)
 
 
-def delete(settings: Settings, catalog: Catalog, name: str) -> Path:
-    """Remove a downloaded checkpoint (a whole HF-cache repo revision, or a MODELS_DIR folder)."""
+def find(settings: Settings, catalog: Catalog, name: str) -> Local:
+    """The downloaded checkpoint `name` means (any spelling of a cataloged model, or a listed name)."""
     here = downloaded(settings, catalog)
     match = next((m for m in here if m.name == name), None)
     if match is None:  # another spelling of a cataloged model: match by where it is
@@ -137,8 +138,19 @@ def delete(settings: Settings, catalog: Catalog, name: str) -> Path:
         match = next((m for m in here if m.path == path), None) if path else None
     if match is None:
         raise ModelNotFound(f"model '{name}' not found on this machine")
-    path = match.path
-    if path.parent.name == "snapshots":
+    return match
+
+
+def delete(settings: Settings, catalog: Catalog, name: str) -> Path:
+    """Remove a downloaded checkpoint (a whole HF-cache repo revision, or a MODELS_DIR folder)."""
+    return remove(settings, find(settings, catalog, name).path)
+
+
+def remove(settings: Settings, path: Path) -> Path:
+    """Delete `path`, which must be a snapshot in the HF cache or a folder (or a link) in MODELS_DIR: nothing
+    outside them is ever deleted, and a link is removed without touching what it points to."""
+    cache, models = puller().cache_dir, settings.models_dir
+    if path.parent.name == "snapshots" and _under(path.parent, cache):
         from huggingface_hub import scan_cache_dir
 
         repo_dir = path.parent.parent
@@ -146,8 +158,15 @@ def delete(settings: Settings, catalog: Catalog, name: str) -> Path:
         info.delete_revisions(path.name).execute()
         if repo_dir.exists() and not any((repo_dir / "snapshots").glob("*")):
             shutil.rmtree(repo_dir, ignore_errors=True)
+    elif _under(path.parent, models):
+        if path.is_symlink():
+            path.unlink()
+        else:
+            shutil.rmtree(path)
     else:
-        shutil.rmtree(path)
+        raise BadRequest(f"refused to delete {path.name!r}: it is not in the model cache or MODELS_DIR")
     return path
 
 
+def _under(path: Path, root: Path) -> bool:
+    return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root))
