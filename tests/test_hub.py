@@ -359,3 +359,26 @@ def test_listing_pages_cannot_continue_on_another_server(hub, puller, monkeypatc
     monkeypatch.setattr(hub_httpx.Response, "links", property(lambda self: {"next": {"url": "http://evil/x"}}))
     with pytest.raises(TamperedListing, match="another server"):
         puller.plan("org/model")
+
+
+def test_delete_unloads_first_follows_no_link_and_keeps_generated_folders_private(tmp_path):
+    from .server import Server
+
+    outside = tmp_path / "elsewhere" / "ckpt"
+    outside.mkdir(parents=True)
+    (outside / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (outside / "model.safetensors").write_bytes(b"weights")
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "linked").symlink_to(outside, target_is_directory=True)
+    with Server(models) as srv:
+        chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        assert httpx.post(srv.url + "/v1/chat/completions", json=chat, timeout=60).status_code == 200
+        folder = srv.manager.resolve("tiny").path
+        assert httpx.request("DELETE", srv.url + "/api/delete", json={"model": "generated/tiny-s-f32"}).status_code \
+            == 404  # the recipe builds are reached through their catalog names only
+        r = httpx.request("DELETE", srv.url + "/api/delete", json={"model": " TINY "})
+        assert r.status_code == 200 and not folder.exists() and not srv.manager.models  # unloaded, then deleted
+        assert httpx.request("DELETE", srv.url + "/api/delete", json={"model": "linked"}).status_code == 200
+        assert not (models / "linked").exists() and (outside / "model.safetensors").read_bytes() == b"weights"
+        assert httpx.post(srv.url + "/v1/chat/completions", json=chat, timeout=60).status_code == 200  # rebuilt
