@@ -293,7 +293,7 @@ class ModelManager:
             batch_size=target.parallel, prefill_batch_size=s.prefill_batch_size,
             prefill_step_size=s.prefill_step_size,
             cache_entries=s.cache_max_entries if s.enable_prefix_cache else 0,
-            cache_bytes=int(s.cache_max_memory_gb * GiB))
+            cache_bytes=int(s.cache_max_memory_gb * GiB), context_length=target.context_length)
 
     def _used_bytes(self) -> int:
         return sum(s.target.estimate_bytes for s in [*self.models.values(), *self._closing.values()])

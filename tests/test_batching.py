@@ -25,8 +25,8 @@ def chat(srv: Server, content: str, model: str = "tiny", **kw) -> httpx.Response
 @contextmanager
 def anchor(srv: Server, model: str = "tiny"):
     """A stream that decodes until it is closed, so the requests sent meanwhile join a running batch."""
-    body = {"model": model, "messages": [{"role": "user", "content": "go on forever"}], "max_tokens": LONG,
-            "stream": True, "ignore_eos": True}
+    body = {"model": model, "messages": [{"role": "user", "content": "go on forever"}], "stream": True,
+            "ignore_eos": True}  # no max_tokens: as many as its context has room for
     with httpx.stream("POST", srv.url + "/v1/chat/completions", json=body, timeout=60) as r:
         lines = r.iter_lines()  # keep the iterator: dropping it closes the stream (a disconnect)
         next(lines)
@@ -106,7 +106,7 @@ def test_seeded_sampling_in_a_batch_is_what_it_is_alone(srv):
 
 
 def test_the_queue_is_counted_beyond_a_full_batch(models_dir):
-    with Server(models_dir, max_tokens=LONG, batch_size=2, max_queue=1) as srv:
+    with Server(models_dir, max_tokens=LONG, context_length=32768, batch_size=2, max_queue=1) as srv:
         with anchor(srv), anchor(srv) as second:
             served = srv.manager.models["tiny:s-f32"]
             waiting = threading.Thread(target=lambda: results.append(chat(srv, "waiting", max_tokens=3)))

@@ -152,3 +152,97 @@ def test_an_oversized_chunked_body_is_refused_before_it_is_read_whole(models_dir
         assert answer.startswith(b"HTTP/1.1 413") and sent < 20 * 2**20
         declared = httpx.post(srv.url + "/api/chat", content=b"{" + b" " * 2_000_000 + b"}")
         assert declared.status_code == 413
+
+
+# ---- disconnects, long prompts, time limits, SIGTERM ---------------------------------------------------------
+def test_a_non_streaming_client_that_disconnects_frees_its_place(server):
+    """The job stops at the next step instead of decoding to max_tokens for nobody."""
+    import time
+
+    body = {"model": "tiny-qwen3", "messages": MSG, "max_tokens": 1900, "ignore_eos": True,
+            "reasoning_effort": "none"}
+    httpx.post(server.url + "/v1/chat/completions", json={**body, "max_tokens": 1})  # loaded
+    runner = server.manager.models["tiny-qwen3:s-f32"].runner
+    before = runner.stats().get("cancelled", 0)
+    started = time.perf_counter()
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(server.url + "/v1/chat/completions", json=body, timeout=0.3)
+    assert server.wait(lambda: runner.stats().get("cancelled", 0) > before, timeout=5)
+    assert runner.stats()["running"] == 0 and time.perf_counter() - started < 1.5
+
+
+def test_a_prompt_longer_than_the_context_is_refused_before_any_work(server):
+    chat = {"model": "tiny-coder", "messages": [{"role": "user", "content": "the cat sat on the mat " * 400}]}
+    r = httpx.post(server.url + "/v1/chat/completions", json=chat)  # over its 2,048 tokens
+    assert r.status_code == 400 and "2048 tokens of context" in r.json()["error"]["message"]
+    chat["messages"][0]["content"] = "the cat sat on the mat " * 100
+    r = httpx.post(server.url + "/v1/chat/completions", json={**chat, "max_tokens": 1600})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
+    r = httpx.post(server.url + "/v1/chat/completions", json={**chat, "ignore_eos": True}, timeout=60)
+    assert r.status_code == 200  # max_tokens not given: the answer fills the room left
+    assert r.json()["usage"]["total_tokens"] == 2048 and r.json()["choices"][0]["finish_reason"] == "length"
+
+
+def test_the_generation_timeout_covers_prompt_processing(server):
+    """A deadline that passes while the prompt is prefilled (in small chunks here) ends the job there."""
+    import asyncio
+
+    from service.engine.job import ModelTraits, build_job
+    from service.engine.request import GenerationRequest
+    from service.errors import GenerationTimeout
+    from service.runners import LoadSpec
+    from service.runners.mlx_lm import open_runner
+
+    async def main():
+        runner = await open_runner(LoadSpec(name="t", path=server.manager.resolve("tiny").path, prefill_step_size=4))
+        try:
+            job = build_job(GenerationRequest(model="t", prompt="the cat sat on the mat " * 150, max_tokens=5),
+                            ModelTraits("t"), max_tokens=100, timeout=0.03)
+            with pytest.raises(GenerationTimeout):
+                async for _ in runner.submit(job.start()):
+                    pass
+            return runner.stats()
+        finally:
+            await runner.close()
+
+    stats = asyncio.run(main())
+    assert stats["timed_out"] == 1 and stats.get("tokens", 0) == 0  # it never got to a first token
+
+
+def test_sigterm_stops_a_busy_server_within_seconds(tmp_path, models_dir):
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from .server import TEST_CATALOG, free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--models-dir",
+                             str(models_dir), "--catalog-path", str(TEST_CATALOG), "--default-model", "tiny-qwen3"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                if any(m["id"].startswith("tiny-qwen3") for m in httpx.get(url + "/v1/models/loaded").json()["data"]):
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        body = {"model": "tiny-qwen3", "messages": MSG, "max_tokens": 1900, "ignore_eos": True, "stream": True,
+                "reasoning_effort": "none"}
+        busy = [threading.Thread(target=lambda: httpx.post(url + "/v1/chat/completions", json=body, timeout=60))
+                for _ in range(3)]
+        for t in busy:
+            t.start()
+        time.sleep(0.3)
+        started = time.perf_counter()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+        assert time.perf_counter() - started < 10
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -117,8 +117,8 @@ def test_failed_load_reports_and_frees(models_dir, tmp_path):
 
 
 def test_queue_full(models_dir):
-    with Server(models_dir, max_queue=0, max_tokens=100000, batch_size=1) as srv:
-        body = {"model": "tiny", "messages": MSG, "max_tokens": 100000, "stream": True, "ignore_eos": True}
+    with Server(models_dir, max_queue=0, max_tokens=100000, context_length=32768, batch_size=1) as srv:
+        body = {"model": "tiny", "messages": MSG, "stream": True, "ignore_eos": True}
         with httpx.stream("POST", srv.url + "/v1/chat/completions", json=body, timeout=60) as first:
             lines = first.iter_lines()  # keep the iterator: dropping it closes the stream (a disconnect)
             next(lines)
@@ -133,8 +133,8 @@ def test_queue_full(models_dir):
 
 
 def test_disconnect_cancels_within_a_step(models_dir):
-    with Server(models_dir, max_tokens=100000) as srv:
-        body = {"model": "tiny", "messages": MSG, "max_tokens": 100000, "stream": True, "ignore_eos": True}
+    with Server(models_dir, max_tokens=100000, context_length=32768) as srv:
+        body = {"model": "tiny", "messages": MSG, "stream": True, "ignore_eos": True}
         with httpx.stream("POST", srv.url + "/v1/chat/completions", json=body, timeout=60) as r:
             lines = r.iter_lines()
             for _ in range(3):
@@ -146,10 +146,10 @@ def test_disconnect_cancels_within_a_step(models_dir):
 
 
 def test_generation_timeout(models_dir):
-    with Server(models_dir, max_tokens=1000000, generation_timeout=0.3) as srv:
-        r = chat(srv, max_tokens=1000000, ignore_eos=True)
+    with Server(models_dir, max_tokens=1000000, context_length=32768, generation_timeout=0.3) as srv:
+        r = chat(srv, max_tokens=None, ignore_eos=True)
         assert r.status_code == 504 and "GENERATION_TIMEOUT" in r.json()["error"]["message"]
-        body = {"model": "tiny", "messages": MSG, "max_tokens": 1000000, "stream": True, "ignore_eos": True}
+        body = {"model": "tiny", "messages": MSG, "stream": True, "ignore_eos": True}
         with httpx.stream("POST", srv.url + "/v1/chat/completions", json=body, timeout=60) as resp:
             data = [line for line in resp.iter_lines() if line.startswith("data: ")]
         assert data[-1] == "data: [DONE]" and "error" in json.loads(data[-2][6:])

@@ -90,7 +90,8 @@ async def respond(request: Request, req: GenerationRequest, view_for: Callable[[
     gen = await Generation.start(request.app.state.manager, req)
     view = view_for(gen)
     if not req.stream:
-        return JSONResponse(view.complete(await gen.result()))
+        result = await unless_disconnected(request, gen.result())
+        return JSONResponse(view.complete(result)) if result is not None else Response(status_code=499)
 
     async def body():
         try:
@@ -103,6 +104,30 @@ async def respond(request: Request, req: GenerationRequest, view_for: Callable[[
 
     return StreamingResponse(coalesced(body()), media_type=view.media_type,
                              headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+
+async def unless_disconnected(request: Request, work):
+    """`work`'s result, or None once the client has gone: a non-streaming client that disconnects stops its job
+    (and frees its place in the batch) at the next step, as a streaming one does."""
+    outcome, failed = [], []
+    async with anyio.create_task_group() as group:
+        async def run():
+            try:
+                outcome.append(await work)
+            except Exception as exc:  # raised below as itself, not inside the task group's ExceptionGroup
+                failed.append(exc)
+            group.cancel_scope.cancel()
+
+        async def watch():
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            group.cancel_scope.cancel()
+
+        group.start_soon(run)
+        group.start_soon(watch)
+    if failed:
+        raise failed[0]
+    return outcome[0] if outcome else None
 
 
 class Preamble(str):

@@ -80,6 +80,7 @@ class Job:
     deadline: float  # time.monotonic() after which the job is stopped with a timeout
     timeout: float  # the limit it came from, for the error message
     ignore_eos: bool = False
+    max_tokens_given: bool = False  # the request set it (else it may shrink to what the context has room for)
     output: OutputSpec = field(default_factory=OutputSpec)
     constraint: Constraint | None = None  # a grammar the output must follow, enforced token by token
     cancel: threading.Event = field(default_factory=threading.Event)  # set when the client goes away
@@ -130,7 +131,8 @@ def build_job(req: GenerationRequest, traits: ModelTraits, *, max_tokens: int, t
     return Job(chat=chat, prompt=req.prompt if chat is None else None,
                sampling=merge_sampling(traits.sampling, req.sampling), max_tokens=limit,
                stop=tuple(s for s in req.stop if s), deadline=time.monotonic() + timeout, timeout=timeout,
-               ignore_eos=req.ignore_eos, output=output, constraint=constraint)
+               ignore_eos=req.ignore_eos, max_tokens_given=req.max_tokens is not None, output=output,
+               constraint=constraint)
 
 
 def _check_tools(req: GenerationRequest, traits: ModelTraits) -> bool:

@@ -31,6 +31,7 @@ class LoadSpec:
     prefill_step_size: int = 2048  # longest prefill chunk: the most a newcomer stalls the running streams
     cache_entries: int = 0  # prefix cache: entries kept (0 = off)
     cache_bytes: int = 0
+    context_length: int = 0  # tokens a sequence may hold, prompt and answer (0: unchecked)
 
 
 class Runner(Protocol):
