@@ -203,9 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("list", help="list downloaded models").set_defaults(func=list_models)
     sub.add_parser("ps", help="list the models a running server has loaded").set_defaults(func=ps)
     args = parser.parse_args(argv)
+    from .catalog import CatalogError
+
     try:
         return args.func(args)
-    except SettingsError as exc:
+    except (SettingsError, CatalogError) as exc:  # a bad setting or catalog layer: its message, no traceback
         print(f"mlx-service: {exc}", file=sys.stderr)
         return 2
 

@@ -29,6 +29,25 @@ CASES = {
     "binary": (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary-file", 3),
     "top-level-list": ("- schema_version: 1\n", "not-a-mapping", 1),
     "top-level-scalar": ("just a string\n", "not-a-mapping", 1),
+    # --- hostile files: bounded, located, one line each (none may crash or hang the linter or the service)
+    "deep-flow": (mutate("  license: mit\n", "  license: mit\n  deep: " + "[" * 50_000 + "]" * 50_000 + "\n"),
+                  "yaml-too-deep", 7),
+    "deep-block": (mutate("  license: mit\n", "  license: mit\n  deep:\n" + "".join(
+        " " * (4 + i) + f"k{i}:\n" for i in range(120)) + " " * 130 + "end: 1\n"), "yaml-too-deep", 105),
+    "alias-bomb": ("a: &a [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
+        f"{n}: &{n} [{', '.join(['*' + p] * 10)}]\n" for p, n in zip("abcdefgh", "bcdefghi")) + VALID_FAMILY,
+                   "yaml-value", 1),
+    "huge-int": (mutate("context_length: 4096", "context_length: " + "9" * 90), "yaml-value", 12),
+    "many-digits": (mutate("parameters: 1000000000", "parameters: " + "1" * 5000), "yaml-value", 16),
+    "float-overflow": (mutate("parameters: 1000000000", "parameters: 1e400"), "yaml-value", 16),
+    "nan": (mutate("parameters: 1000000000", "parameters: .nan"), "yaml-value", 16),
+    "bad-int-tag": (mutate("parameters: 1000000000", "parameters: !!int abc"), "yaml-value", 16),
+    "bad-float-tag": (mutate("parameters: 1000000000", "parameters: !!float abc"), "yaml-value", 16),
+    "control-char": (mutate("A test family.", "A test\x07 family."), "yaml-character", 5),
+    "layers-maximum": (mutate("num_hidden_layers: 16", "num_hidden_layers: 100000000"), "schema-maximum", 20),
+    "parameters-maximum": (mutate("parameters: 1000000000", "parameters: 1.0e+20"), "schema-maximum", 16),
+    "float-layers": (mutate("num_hidden_layers: 16", "num_hidden_layers: 16.0"), "schema-type", 20),
+    "float-version": (mutate("schema_version: 1", "schema_version: 1.0"), "schema-type", 2),
     # --- schema
     "kind-enum": (mutate("kind: text", "kind: txt"), "schema-enum", 8),
     "loader-enum": (mutate("loader: mlx-lm", "loader: llama.cpp"), "schema-enum", 9),
@@ -102,6 +121,7 @@ def test_broken_input_is_located(name, write, builtin):
     problem = next(p for p in mine if p.code == code)
     assert problem.line == line, str(problem)
     rendered = str(problem)
+    assert "\n" not in rendered
     assert rendered.startswith(f"{problem.file}:{line}:{problem.col}: error[{code}]: ")
     assert rendered.endswith(f"(at {problem.json_path})") and problem.json_path.startswith("$")
     assert not [p for p in result.problems if p not in mine], "the built-in catalog must stay clean"
@@ -154,3 +174,23 @@ def test_large_layers_are_parsed_in_parallel_with_the_same_positions(tmp_path):
         problems = load_catalog([tmp_path], cache=cache).problems
         assert [(p.file.endswith(n), p.code, p.line) for p, n in zip(problems, ["f010.yaml", "f020.yaml"])] == [
             (True, "schema-enum", 8), (True, "unknown-prompt-style", 11)]
+
+
+def test_a_clash_with_the_built_in_catalog_is_reported_in_the_file_that_brought_it(tmp_path):
+    """A copy of a built-in family under a new name repeats its repo ids: the copy is wrong, not the original."""
+    from .conftest import ROOT
+
+    original = (ROOT / "catalog" / "families" / "llama3.3.yaml").read_text()
+    (tmp_path / "copy.yaml").write_text(original.replace("name: llama3.3\n", "name: 2025-13-45\n", 1))
+    problems = load_catalog([tmp_path]).problems
+    assert problems and all(p.file.endswith("copy.yaml") and p.code == "duplicate-repo" for p in problems)
+
+
+def test_the_service_refuses_a_hostile_layer_with_the_same_one_line_error(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "deep.yaml").write_text("schema_version: 1\nx: " + "[" * 50_000 + "]" * 50_000 + "\n")
+    run = subprocess.run([sys.executable, "-m", "service.cli", "serve", "--catalog-path", str(tmp_path),
+                          "--port", "1"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "deep.yaml:2:" in run.stderr and "yaml-too-deep" in run.stderr

@@ -113,7 +113,7 @@ def load_catalog(paths: list[Path] | None = None, *, builtin: bool = True, cache
                 tuple(dict.fromkeys(layer.detection.moe_keys + detection.moe_keys)),
             )
     catalog = Catalog(families, styles, detection or DetectionRules((), ()))
-    problems.extend(check(catalog, locator))
+    problems.extend(check(catalog, locator, order=list(families)))
     return LoadResult(catalog, sorted(set(problems)), files)
 
 

@@ -28,19 +28,21 @@ _MODES = {
 _SIZE_RATIO = (0.6, 1.6)
 
 
-def check(catalog: Catalog, at: Locator) -> list[Problem]:
+def check(catalog: Catalog, at: Locator, order: list[str] | None = None) -> list[Problem]:
+    """`order`: family names in the order their layers were loaded, so that a name or repo id that two files
+    claim is reported in the later one (the file that brought the clash), not in the built-in catalog."""
     problems: list[Problem] = []
-    problems += _names(catalog, at)
+    problems += _names(catalog, at, order or list(catalog.families))
     for family in catalog.families.values():
         problems += list(_family(catalog, family, at))
     return problems
 
 
-def _names(catalog: Catalog, at: Locator) -> list[Problem]:
+def _names(catalog: Catalog, at: Locator, order: list[str]) -> list[Problem]:
     """A primary name (family, alias, tag) must mean one entry; repo ids must be listed once."""
     owners: dict[str, Entry] = {}
     problems = []
-    for family in catalog.families.values():
+    for family in (catalog.families[name] for name in order if name in catalog.families):
         for key, entry, primary in spellings(family):
             if not primary and "/" not in key:
                 continue

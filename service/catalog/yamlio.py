@@ -10,6 +10,7 @@ position, not a crash), and duplicate keys are errors.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
+from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.resolver import VersionedResolver
 from ruamel.yaml.tag import Tag
 
@@ -32,6 +34,26 @@ except ImportError:  # pragma: no cover - depends on the platform's wheels
 _TAG = "tag:yaml.org,2002:"
 _MERGE = _TAG + "merge"
 Position = tuple[int, int]
+MAX_DEPTH = 100  # nesting; a catalog file needs about 8 (the C composer recurses, and crashes at ~50,000)
+MAX_VALUES = 200_000  # values once aliases are expanded (a "billion laughs" file is 77 lines)
+_BRACKETS = re.compile(r"[\[\]{}]")
+_LINE_START = re.compile(r"^([ ]*)((?:-[ ]+)*)", re.M)
+
+
+class _Float(float):
+    """A YAML float. `is_integer()` is False even for 64.0, so the schema's `integer` (which JSON Schema lets
+    1.0 satisfy) refuses it in both validators; everywhere else it is a float."""
+
+    def is_integer(self) -> bool:
+        return False
+
+
+class _Located(YAMLError):
+    """A value that cannot be read, at the place it is written."""
+
+    def __init__(self, mark, message: str):
+        super().__init__(message)
+        self.mark, self.message = mark, message
 
 
 class _Yaml12Resolver(VersionedResolver):
@@ -132,12 +154,18 @@ def _child(node, part):
     return None
 
 
-def _build(node):
-    """Node tree -> plain values (YAML 1.2 core schema for plain scalars; merge keys; duplicate keys fail)."""
+def _build(node, budget: list[int] | None = None):
+    """Node tree -> plain values (YAML 1.2 core schema for plain scalars; merge keys; duplicate keys fail).
+    `budget`: values left to build; aliases are expanded, so a few lines can ask for billions."""
+    budget = [MAX_VALUES] if budget is None else budget
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _Located(node.start_mark, f"the document expands to more than {MAX_VALUES:,} values (aliases that "
+                                        "repeat aliases?): a catalog file needs far fewer")
     if isinstance(node, ScalarNode):
-        return _scalar(node)
+        return _read_scalar(node)
     if isinstance(node, SequenceNode):
-        return [_build(item) for item in node.value]
+        return [_build(item, budget) for item in node.value]
     out: dict = {}
     merged: dict = {}
     for key_node, value_node in node.value:
@@ -145,16 +173,29 @@ def _build(node):
             sources = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
             for source in sources:
                 if isinstance(source, MappingNode):
-                    for k, v in _build(source).items():
+                    for k, v in _build(source, budget).items():
                         merged.setdefault(k, v)
             continue
-        key = _scalar(key_node) if isinstance(key_node, ScalarNode) else str(key_node.value)
+        key = _read_scalar(key_node) if isinstance(key_node, ScalarNode) else str(key_node.value)
         if key in out:
             raise DuplicateKey(str(key), key_node.start_mark)
-        out[key] = _build(value_node)
+        out[key] = _build(value_node, budget)
     for key, value in merged.items():
         out.setdefault(key, value)
     return out
+
+
+def _read_scalar(node: ScalarNode):
+    try:
+        value = _scalar(node)
+    except (ValueError, OverflowError) as exc:
+        raise _Located(node.start_mark, f"`{node.value[:40]}` is not a valid {str(node.ctag).rsplit(':', 1)[-1]}: "
+                                        f"{str(exc).split(';')[0]}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _Located(node.start_mark, f"`{node.value[:40]}` is not a finite number")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
+        raise _Located(node.start_mark, f"`{node.value[:40]}` is out of range: no catalog number is that large")
+    return value
 
 
 def _scalar(node: ScalarNode):
@@ -173,13 +214,34 @@ def _scalar(node: ScalarNode):
         text = value.replace("_", "").lower()
         if text.endswith(".inf"):
             return -math.inf if text.startswith("-") else math.inf
-        return math.nan if text == ".nan" else float(text)
+        return math.nan if text == ".nan" else _Float(text)
     return value  # str, timestamps and anything else stay text; the schema decides
 
 
 def _mark(exc: MarkedYAMLError) -> Position:
     mark = exc.problem_mark or exc.context_mark
     return (mark.line + 1, mark.column + 1) if mark else (1, 1)
+
+
+def _too_deep(text: str) -> Position | None:
+    """Where the nesting passes MAX_DEPTH, estimated without parsing (the parser is what would crash): flow
+    brackets open at a point, plus the indentation and `- ` markers that start its line."""
+    line_depth = {m.start(): len(m.group(1)) + m.group(2).count("-") for m in _LINE_START.finditer(text)
+                  if len(m.group(1)) + m.group(2).count("-") > MAX_DEPTH // 2}
+    for start, depth in line_depth.items():
+        if depth > MAX_DEPTH:
+            return _char_position(text, start)
+    flow = 0
+    for m in _BRACKETS.finditer(text):
+        flow = flow + 1 if m.group() in "[{" else max(flow - 1, 0)
+        if flow > MAX_DEPTH:
+            return _char_position(text, m.start())
+    return None
+
+
+def _char_position(text: str, offset: int) -> Position:
+    before = text[:offset]
+    return before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1
 
 
 def _byte_position(raw: bytes, offset: int) -> Position:
@@ -192,7 +254,7 @@ def parse(path: Path, display: str | None = None) -> tuple[Document | None, list
     name = display or str(path)
 
     def fail(position: Position, code: str, message: str):
-        return None, [Problem(name, position[0], position[1], code, message)]
+        return None, [Problem(name, position[0], position[1], code, " ".join(message.split()))]
 
     try:
         raw = path.read_bytes()
@@ -209,6 +271,10 @@ def parse(path: Path, display: str | None = None) -> tuple[Document | None, list
         indent = content[: len(content) - len(content.lstrip(" \t"))]
         if "\t" in indent:
             return fail((number, indent.index("\t") + 1), "yaml-tab", "tab used for indentation: use spaces")
+    deep = _too_deep(text)
+    if deep is not None:
+        return fail(deep, "yaml-too-deep", f"nested more than {MAX_DEPTH} levels deep: a catalog file needs far "
+                                           "fewer")
     try:
         node = _yaml().compose(text)
         if node is None:
@@ -217,9 +283,15 @@ def parse(path: Path, display: str | None = None) -> tuple[Document | None, list
     except DuplicateKey as exc:
         return fail((exc.mark.line + 1, exc.mark.column + 1), "yaml-duplicate-key",
                     f"duplicate key `{exc.key}`: keep only one")
+    except _Located as exc:
+        return fail(_at(exc.mark), "yaml-value", exc.message)
     except MarkedYAMLError as exc:
         what = (exc.problem or exc.context or "invalid YAML").strip()
         return fail(_mark(exc), "yaml-syntax", f"YAML syntax error: {what}")
+    except ReaderError as exc:  # a character YAML does not allow, at its place
+        return fail(_char_position(text, exc.position), "yaml-character",
+                    f"character U+{exc.character if isinstance(exc.character, int) else ord(exc.character):04X} "
+                    "is not allowed in YAML (control characters are not): remove it")
     except (YAMLError, ValueError, RecursionError) as exc:
         return fail((1, 1), "yaml-syntax", f"YAML error: {exc}")
     if not isinstance(doc.data, dict):
