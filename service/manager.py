@@ -261,8 +261,10 @@ class ModelManager:
         except ServiceError:
             raise
         except Exception as exc:
-            log.warning("loading %s failed: %s", target.name, exc)
-            raise LoadFailed(f"loading {target.name} from {spec.path} failed: {type(exc).__name__}: {exc}") from None
+            log.warning("loading %s from %s failed: %s", target.name, spec.path, exc)
+            reason = str(exc).replace(str(spec.path), "<model folder>")  # the client is told what, not where
+            raise LoadFailed(f"loading {target.name} failed: {type(exc).__name__}: {reason} (the server log has "
+                             "the details)") from None
         took = time.perf_counter() - started
         target = replace(target, path=spec.path)  # a generated checkpoint has one now
         served = Served(target, runner, self.default_keep_alive if keep_alive is None else keep_alive, took)

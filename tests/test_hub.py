@@ -382,3 +382,19 @@ def test_delete_unloads_first_follows_no_link_and_keeps_generated_folders_privat
         assert httpx.request("DELETE", srv.url + "/api/delete", json={"model": "linked"}).status_code == 200
         assert not (models / "linked").exists() and (outside / "model.safetensors").read_bytes() == b"weights"
         assert httpx.post(srv.url + "/v1/chat/completions", json=chat, timeout=60).status_code == 200  # rebuilt
+
+
+def test_deleting_a_snapshot_never_deletes_what_a_link_in_it_points_to_outside(hub, puller, tmp_path, monkeypatch):
+    """A snapshot written by a tampered pull of an older version may link outside the cache; with another
+    revision still there, huggingface_hub deletes a removed revision's blobs one by one, following that link.
+    Deleting the model removes the link, not the file it points to."""
+    from service.config import load_settings
+
+    hub.repos["org/model"].branches.update({"v2": "f" * 40, "f" * 40: "f" * 40})  # a second commit
+    puller.pull(puller.plan("org/model"))
+    other = puller.pull(puller.plan("org/model", "v2"))
+    victim = _outside(tmp_path) / "precious.txt"
+    (other / "evil.json").symlink_to(victim)
+    monkeypatch.setattr(store, "_PULLER", puller)
+    store.remove(load_settings(models_dir=str(tmp_path / "models")), other)
+    assert not other.exists() and victim.read_text() == "user data"

@@ -170,7 +170,7 @@ class Puller:
         free = shutil.disk_usage(blobs).free
         if need > free:
             raise PullError(f"not enough disk space for {plan.repo}: {need:,} bytes to download, {free:,} free "
-                            f"in {blobs}")
+                            "in the model cache")
         done = {**have, **partial}
         overall = lambda: {"total": plan.total, "completed": sum(done.values())}  # noqa: E731
         progress({"status": "pulling manifest", **overall()})

@@ -154,6 +154,9 @@ def remove(settings: Settings, path: Path) -> Path:
         from huggingface_hub import scan_cache_dir
 
         repo_dir = path.parent.parent
+        for link in path.rglob("*"):  # a link out of the cache (a tampered pull by an older version) goes alone:
+            if link.is_symlink() and not _under(link, cache):  # huggingface_hub would delete its target
+                link.unlink()
         info = scan_cache_dir(repo_dir.parent)
         info.delete_revisions(path.name).execute()
         if repo_dir.exists() and not any((repo_dir / "snapshots").glob("*")):
