@@ -41,7 +41,7 @@ def test_generation_is_reproducible(demo, tmp_path, builtin):
 
 
 def test_failed_build_leaves_nothing(builtin, tmp_path, monkeypatch):
-    import service.recipes as gen
+    import service.recipes.text as gen
 
     entry = builtin.resolve("demo")
 
@@ -50,7 +50,7 @@ def test_failed_build_leaves_nothing(builtin, tmp_path, monkeypatch):
 
     monkeypatch.setattr(gen, "write_weights", boom)
     with pytest.raises(RuntimeError):
-        gen.build_checkpoint(entry, builtin.prompt_style(entry), tmp_path / "demo")
+        build_checkpoint(entry, builtin.prompt_style(entry), tmp_path / "demo")
     assert list(tmp_path.iterdir()) == []
 
 
