@@ -78,6 +78,14 @@ class Served:
 
 
 MAX_NAME = 256  # the longest model name looked up: longer ones are no catalog name, repo id or folder
+GENERATES = frozenset({"text", "vision", "audio"})  # kinds whose runners generate text (chat, completion)
+
+
+def require_kind(target: Target, kinds: frozenset[str] | set[str], action: str) -> None:
+    """A 400 naming the model's kind when a request asks it for something of another kind."""
+    if target.kind not in kinds:
+        article = "an" if target.kind[:1] in "aeiou" else "a"
+        raise BadRequest(f'"{target.name}" is {article} {target.kind} model: it cannot {action}', param="model")
 
 
 def resolve_target(settings: Settings, catalog: Catalog, name: str) -> Target:
@@ -175,6 +183,7 @@ class ModelManager:
     def job(self, req: GenerationRequest, target: Target) -> Job:
         """`req` as a job for `target`, refused (400) if it asks what the model cannot do. Built before the
         model is loaded, so a refusal costs no load; its clock starts when it is submitted (`Job.start`)."""
+        require_kind(target, GENERATES, "generate text: use a chat or text model")
         return build_job(req, self.traits(target), max_tokens=self.settings.max_tokens,
                          timeout=self.settings.generation_timeout)
 
@@ -295,7 +304,8 @@ class ModelManager:
             batch_size=target.parallel, prefill_batch_size=s.prefill_batch_size,
             prefill_step_size=s.prefill_step_size,
             cache_entries=s.cache_max_entries if s.enable_prefix_cache else 0,
-            cache_bytes=int(s.cache_max_memory_gb * GiB), context_length=target.context_length)
+            cache_bytes=int(s.cache_max_memory_gb * GiB), context_length=target.context_length,
+            embedding=entry.family.embedding if entry else None)
 
     def _used_bytes(self) -> int:
         return sum(s.target.estimate_bytes for s in [*self.models.values(), *self._closing.values()])

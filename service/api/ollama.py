@@ -20,6 +20,7 @@ from ..engine.request import GenerationRequest, Message, ResponseFormat, Thinkin
 from ..errors import BadRequest, ServiceError
 from . import finish
 from .common import function_calls, function_tools, json_schema, keep_alive, number, parse_body, sampling, stop_list
+from .embed import embed, embedding_job
 from .listing import digest_of, mtime_iso
 from .show import render_show, summary_details
 from .stream import respond
@@ -221,6 +222,38 @@ async def generate(request: Request):
     if not body.prompt:
         return JSONResponse(await _load_or_unload(request, body))
     return await respond(request, generate_request(body), _view(body, chat=False))
+
+
+class EmbedRequest(_Base):
+    input: Any = None
+    truncate: bool = True
+    dimensions: Any = None
+
+
+class LegacyEmbeddingsRequest(_Base):
+    prompt: Any = None
+
+
+@router.post("/api/embed")
+async def embed_route(request: Request):
+    body = await parse_body(request, EmbedRequest)
+    done = await embed(request, body.model_name, embedding_job(body.input, truncate=body.truncate,
+                                                               dimensions=body.dimensions),
+                       keep_alive(body.keep_alive))
+    seconds = done.result.seconds + done.load_seconds
+    return {"model": body.model_name, "embeddings": done.result.vectors, "total_duration": int(seconds * 1e9),
+            "load_duration": int(done.load_seconds * 1e9), "prompt_eval_count": done.result.prompt_tokens}
+
+
+@router.post("/api/embeddings")
+async def embeddings_legacy(request: Request):
+    """Ollama's older endpoint: one `prompt`, one `embedding`."""
+    body = await parse_body(request, LegacyEmbeddingsRequest)
+    if not isinstance(body.prompt, str):
+        raise BadRequest("prompt must be a string")
+    done = await embed(request, body.model_name, embedding_job(body.prompt, where="prompt"),
+                       keep_alive(body.keep_alive))
+    return {"embedding": done.result.vectors[0]}
 
 
 @router.api_route("/", methods=["GET", "HEAD"])

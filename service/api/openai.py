@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict
@@ -27,6 +29,7 @@ from .common import (
     stop_list,
     text_of,
 )
+from .embed import embed, embedding_job
 from .errors import OPENAI, error_body
 from .show import capabilities
 from .stream import Preamble, respond
@@ -256,6 +259,35 @@ async def chat_completions(request: Request):
 async def completions(request: Request):
     body = await parse_body(request, CompletionRequest)
     return await respond(request, completion_request(body), _view(body, chat=False))
+
+
+class EmbeddingsRequest(BaseModel):
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+    model: str
+    input: Any
+    encoding_format: str = "float"
+    dimensions: Any = None
+    keep_alive: int | float | str | None = None
+
+
+@router.post("/v1/embeddings")
+async def embeddings(request: Request):
+    body = await parse_body(request, EmbeddingsRequest)
+    if body.encoding_format not in ("float", "base64"):
+        raise BadRequest("encoding_format must be float or base64", param="encoding_format")
+    job = embedding_job(body.input, truncate=False, dimensions=body.dimensions)
+    done = await embed(request, body.model, job, keep_alive(body.keep_alive))
+    data = [{"object": "embedding", "index": i,
+             "embedding": _base64(v) if body.encoding_format == "base64" else v}
+            for i, v in enumerate(done.result.vectors)]
+    tokens = done.result.prompt_tokens
+    return {"object": "list", "data": data, "model": done.model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+
+def _base64(vector: list[float]) -> str:
+    """OpenAI's base64 encoding: the float32 values, little-endian."""
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
 
 
 def _model_object(name: str, created: int, extra: dict | None = None) -> dict:

@@ -11,7 +11,8 @@ from ..catalog.scaffold import read_json_object
 from .listing import mtime_iso
 
 CAPABILITIES = {"chat": "completion", "generate": "completion", "tools": "tools", "vision": "vision",
-                "thinking": "thinking", "embedding": "embedding", "audio": "audio"}
+                "thinking": "thinking", "embedding": "embedding", "audio": "audio",
+                "transcription": "audio"}
 
 
 def capabilities(entry: Entry | None) -> list[str]:

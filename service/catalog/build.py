@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from .model import (
     Architecture,
     DetectionRules,
+    Embedding,
     Family,
     Location,
     Match,
@@ -83,6 +84,7 @@ def family(doc: Document, raw: dict, path) -> Family:
         aliases=tuple(raw.get("aliases", ())),
         trust_remote_code=bool(raw.get("trust_remote_code", False)),
         verified=bool(raw.get("verified", True)),
+        embedding=Embedding(**plain(raw["embedding"])) if "embedding" in raw else None,
         location=location(doc, path),
     )
 

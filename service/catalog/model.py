@@ -136,6 +136,15 @@ class Sampling:
 
 
 @dataclass(frozen=True)
+class Embedding:
+    """How an embedding model pools token states into one vector."""
+
+    pooling: str  # mean | cls | last
+    normalize: bool = True
+    matryoshka: bool = False
+
+
+@dataclass(frozen=True)
 class Family:
     name: str
     description: str
@@ -152,6 +161,7 @@ class Family:
     aliases: tuple[str, ...] = ()
     trust_remote_code: bool = False
     verified: bool = True
+    embedding: Embedding | None = None
     location: Location | None = field(default=None, compare=False)
 
     def model(self, size: str) -> Model | None:

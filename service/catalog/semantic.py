@@ -69,9 +69,13 @@ def _family(catalog: Catalog, fam: Family, at: Locator) -> Iterator[Problem]:
         if "tools" in fam.abilities and style.tool_calls is None:
             yield at.problem(loc, ["abilities"], "ability-style",
                              f"`tools` needs a tool-call format in prompt style `{style.name}`")
-    needs = {"vision": "vision", "embedding": "embedding", "audio": "audio"}.get(fam.kind)
+    needs = {"vision": "vision", "embedding": "embedding", "audio": "audio", "speech": "transcription"}.get(fam.kind)
     if needs and needs not in fam.abilities:
         yield at.problem(loc, ["abilities"], "ability-kind", f"a {fam.kind} family must list the `{needs}` ability")
+    if (fam.embedding is not None) != (fam.kind == "embedding"):
+        yield at.problem(loc, ["embedding"] if fam.embedding else ["kind"], "embedding-pooling",
+                         "an embedding family says how it pools (`embedding: {pooling: mean|cls|last}`, from its "
+                         "model card), and only an embedding family does")
     if fam.kind == "text" and {"vision", "audio"} & set(fam.abilities):
         yield at.problem(loc, ["kind"], "ability-kind",
                          "a family with vision or audio abilities must have kind `vision` or `audio`")

@@ -11,8 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable, Protocol, Union
 
+from ..catalog.model import Embedding
+from ..engine.embed import EmbeddingJob, EmbeddingResult
 from ..engine.events import Event
 from ..engine.job import Job
+from ..engine.speech import Transcript, TranscriptionJob
 
 
 @dataclass(frozen=True)
@@ -32,23 +35,37 @@ class LoadSpec:
     cache_entries: int = 0  # prefix cache: entries kept (0 = off)
     cache_bytes: int = 0
     context_length: int = 0  # tokens a sequence may hold, prompt and answer (0: unchecked)
+    embedding: Embedding | None = None  # an embedding model's pooling (None: the checkpoint's own)
 
 
 class Runner(Protocol):
-    """One loaded model. `submit` returns the job's events; closing that iterator early cancels the job and
-    returns once the runner has let go of it."""
+    """One loaded model, as the manager schedules it. What it does depends on its kind: a `Generator` (text,
+    vision), an `Embedder` or a `Transcriber`; the API checks the model's kind before it asks."""
 
     name: str
     capacity: int  # jobs it runs at once
     memory_bytes: int  # what loading it took
 
+    def stats(self) -> dict[str, int]: ...  # running, waiting, finished, cancelled, ...
+
+    async def close(self) -> None: ...  # waits for running jobs, then frees the model
+
+
+class Generator(Runner, Protocol):
+    """`submit` returns the job's events; closing that iterator early cancels the job and returns once the
+    runner has let go of it."""
+
     def submit(self, job: Job) -> AsyncIterator[Event]: ...
 
     async def count_tokens(self, job: Job) -> int: ...
 
-    def stats(self) -> dict[str, int]: ...  # running, waiting, finished, cancelled, ...
 
-    async def close(self) -> None: ...  # waits for running jobs, then frees the model
+class Embedder(Runner, Protocol):
+    async def embed(self, job: EmbeddingJob) -> EmbeddingResult: ...
+
+
+class Transcriber(Runner, Protocol):
+    async def transcribe(self, job: TranscriptionJob) -> Transcript: ...
 
 
 Opener = Callable[[LoadSpec], Awaitable[Runner]]
@@ -76,4 +93,5 @@ class Registry:
 
 
 def default_registry() -> Registry:
-    return Registry({"mlx-lm": "service.runners.mlx_lm:open_runner"})
+    return Registry({"mlx-lm": "service.runners.mlx_lm:open_runner",
+                     "mlx-embeddings": "service.runners.embeddings:open_runner"})
