@@ -42,6 +42,8 @@ class Settings(BaseSettings):
     cache_max_entries: int = Field(8, ge=0)
     cache_max_memory_gb: float = Field(2.0, ge=0)
     max_request_bytes: int = Field(8 * 2**20, ge=1024)
+    max_audio_bytes: int = Field(25 * 2**20, ge=1024)  # an uploaded audio file (OpenAI's own limit is 25 MB)
+    max_image_bytes: int = Field(20 * 2**20, ge=1024)  # one image, inline or fetched from a URL
 
     @field_validator("models_dir")
     @classmethod

@@ -18,7 +18,7 @@ from ..config import Settings
 from ..errors import BadRequest, NotFound, PayloadTooLarge, ServiceError, Unauthorized
 from ..manager import ModelManager
 from ..runners import Registry
-from . import anthropic, hub, ollama, openai
+from . import anthropic, audio, hub, ollama, openai
 from .errors import error_response, request_id
 
 log = logging.getLogger("mlx_service")
@@ -129,6 +129,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None, preload: str 
         return error_response(request, ServiceError(f"internal error: {type(exc).__name__}: {exc}"))
 
     app.include_router(openai.router)
+    app.include_router(audio.router)
     app.include_router(anthropic.router)
     app.include_router(ollama.router)
     app.include_router(hub.router)

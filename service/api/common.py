@@ -21,19 +21,19 @@ M = TypeVar("M", bound=BaseModel)
 MAX_DEPTH = 64  # JSON nesting: real bodies (tool schemas included) stay far below
 
 
-async def read_body(request: Request) -> bytes:
-    """The body, refused (413) as soon as it passes MLX_SERVICE_MAX_REQUEST_BYTES, chunked or not: an oversized
-    body is never held in memory whole."""
-    limit = request.app.state.settings.max_request_bytes
+async def read_body(request: Request, limit: int | None = None,
+                    setting: str = "MLX_SERVICE_MAX_REQUEST_BYTES") -> bytes:
+    """The body, refused (413) as soon as it passes its limit (`setting`), chunked or not: an oversized body is
+    never held in memory whole."""
+    limit = limit or request.app.state.settings.max_request_bytes
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body of {declared} bytes is over the {limit}-byte limit "
-                              "(MLX_SERVICE_MAX_REQUEST_BYTES)")
+        raise PayloadTooLarge(f"request body of {declared} bytes is over the {limit}-byte limit ({setting})")
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise PayloadTooLarge(f"request body is over the {limit}-byte limit (MLX_SERVICE_MAX_REQUEST_BYTES)")
+            raise PayloadTooLarge(f"request body is over the {limit}-byte limit ({setting})")
         chunks.append(chunk)
     return b"".join(chunks)
 

@@ -1,0 +1,89 @@
+"""The speech-to-text runner: Whisper checkpoints through mlx-audio, one transcription at a time.
+
+Audio is cut into 30 s windows here and each window is decoded on its own (not conditioned on the previous
+window's text): decoding stays bounded by the audio's length, and one bad window cannot derail the rest."""
+
+from __future__ import annotations
+
+import time
+
+from mlx.utils import tree_flatten
+
+from ..engine.speech import Segment, Transcript, TranscriptionJob
+from ..errors import LoadFailed
+from .base import LoadSpec
+from .worker import Worker
+
+WINDOW = 30 * 16_000  # samples
+
+
+async def open_runner(spec: LoadSpec) -> WhisperRunner:
+    runner = WhisperRunner(spec)
+    try:
+        await runner.worker.run(runner._load)
+    except BaseException:
+        await runner.close()
+        raise
+    return runner
+
+
+class WhisperRunner:
+    capacity = 1
+
+    def __init__(self, spec: LoadSpec):
+        self.name, self.spec = spec.name, spec
+        self.memory_bytes = 0
+        self.worker = Worker(f"runner {spec.name}")
+        self.model = None
+        self._counts = {"finished": 0, "audio_seconds": 0}
+
+    def _load(self) -> None:
+        from mlx_audio.stt.utils import load_model
+
+        self.model = load_model(self.spec.path)
+        if getattr(self.model, "_processor", None) is None:  # mlx-audio only warns; fail the load instead
+            raise LoadFailed(f"{self.name}: its tokenizer and feature extractor (WhisperProcessor) did not load")
+        self.memory_bytes = sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
+
+    async def transcribe(self, job: TranscriptionJob) -> Transcript:
+        return await self.worker.run(lambda: self._transcribe(job))
+
+    def _transcribe(self, job: TranscriptionJob) -> Transcript:
+        started = time.perf_counter()
+        segments: list[Segment] = []
+        language = job.language
+        for at in range(0, len(job.samples), WINDOW):
+            out = self.model.generate(job.samples[at:at + WINDOW], task=job.task, language=job.language,
+                                      temperature=job.temperature, condition_on_previous_text=False,
+                                      initial_prompt=job.prompt if at == 0 else None, return_timestamps=True,
+                                      word_timestamps=job.word_timestamps, verbose=None)
+            language = language or out.language
+            offset = at / 16_000
+            for raw in out.segments or []:
+                segments.append(_segment(len(segments), raw, offset))
+        text = " ".join(s.text.strip() for s in segments if s.text.strip())
+        self._counts["finished"] += 1
+        self._counts["audio_seconds"] += int(job.duration)
+        return Transcript(text, language or "en", job.duration, segments, time.perf_counter() - started)
+
+    def stats(self) -> dict[str, int]:
+        return {"running": self.worker.busy, "waiting": 0, **self._counts}
+
+    async def close(self) -> None:
+        def release():
+            self.model = None
+
+        await self.worker.stop(release)
+
+
+def _segment(index: int, raw: dict, offset: float) -> Segment:
+    def at(value) -> float:
+        return round(float(value or 0.0) + offset, 3)
+
+    words = tuple({"word": w.get("word", ""), "start": at(w.get("start")), "end": at(w.get("end"))}
+                  for w in raw.get("words") or ())
+    return Segment(id=index, start=at(raw.get("start")), end=at(raw.get("end")), text=raw.get("text", ""),
+                   tokens=tuple(raw.get("tokens") or ()), avg_logprob=float(raw.get("avg_logprob", 0.0)),
+                   compression_ratio=float(raw.get("compression_ratio", 0.0)),
+                   no_speech_prob=float(raw.get("no_speech_prob", 0.0)),
+                   temperature=float(raw.get("temperature", 0.0)), words=words)
