@@ -177,8 +177,10 @@ class ModelManager:
 
     def traits(self, target: Target) -> ModelTraits:
         entry = target.entry
-        return ModelTraits.of(target.name, entry.family if entry else None,
-                              self.catalog.prompt_style(entry) if entry else None)
+        if entry is None:  # typed by the detection rules: a vision checkpoint sees images, nothing more is assumed
+            return ModelTraits(target.name, frozenset({"chat", "generate"} | ({"vision"} if target.kind == "vision"
+                                                                             else set())), target.kind)
+        return ModelTraits.of(target.name, entry.family, self.catalog.prompt_style(entry))
 
     def job(self, req: GenerationRequest, target: Target) -> Job:
         """`req` as a job for `target`, refused (400) if it asks what the model cannot do. Built before the

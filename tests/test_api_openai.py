@@ -87,11 +87,14 @@ def test_explicit_load_and_unload(server):
     (dict(model="nope-model"), openai.NotFoundError, "not in the catalog"),
     (dict(model="tinny"), openai.NotFoundError, "did you mean 'tiny'"),
     (dict(model="some-org/not-here"), openai.NotFoundError, "pull it first"),
-    (dict(model="qwen2.5-vl:7b"), openai.BadRequestError, "not supported yet"),
+    (dict(model="qwen2.5-vl:7b"), openai.NotFoundError, "pull it first"),  # a vision model: served once pulled
+    (dict(model="all-minilm"), openai.BadRequestError, "is an embedding model: it cannot generate text"),
     (dict(model="tiny", max_tokens=0), openai.BadRequestError, "max_tokens"),
     (dict(model="tiny", messages=[{"role": "wizard", "content": "x"}]), openai.BadRequestError, "role"),
     (dict(model="tiny", messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
-     openai.BadRequestError, "vision"),
+     openai.BadRequestError, "http(s) URLs"),
+    (dict(model="tiny", messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {
+        "url": "data:image/png;base64,iVBORw0KGgo="}}]}]), openai.BadRequestError, "is a text model: it cannot see"),
 ])
 def test_errors_in_openai_dialect(client, kwargs, exc, needle):
     kwargs.setdefault("messages", MSG)

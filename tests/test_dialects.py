@@ -194,9 +194,9 @@ def test_an_ambiguous_name_is_the_same_400_everywhere(tmp_path, write):
 
 
 def test_unknown_loader_is_not_supported_yet(tmp_path):
-    with fake_app(tmp_path) as (client, registry):
-        r = client.post("/api/chat", json={"model": "all-minilm", "messages": MSG})
-    assert r.status_code == 400 and "not supported yet" in r.json()["error"]  # an embedding model: no runner
+    with fake_app(tmp_path) as (client, registry):  # fake runners only for mlx-lm
+        r = client.post("/api/embed", json={"model": "all-minilm", "input": "x"})
+    assert r.status_code == 400 and "not supported yet" in r.json()["error"]
     assert registry.opened == {}
 
 

@@ -49,9 +49,10 @@ def test_every_property_is_described_and_objects_are_closed():
 
 def test_closed_sets_are_enums():
     defs = schema()["$defs"]
-    assert set(defs["kind"]["enum"]) == {"text", "vision", "audio", "embedding"}
-    assert "mlx-lm" in defs["loader"]["enum"] and "mlx-vlm" in defs["loader"]["enum"]
-    assert {"chat", "generate", "vision", "audio", "tools", "thinking", "embedding"} == set(defs["ability"]["enum"])
+    assert set(defs["kind"]["enum"]) == {"text", "vision", "audio", "embedding", "speech"}
+    assert set(defs["loader"]["enum"]) == {"mlx-lm", "mlx-vlm", "mlx-embeddings", "mlx-audio"}
+    assert {"chat", "generate", "vision", "audio", "tools", "thinking", "embedding", "transcription"} == set(
+        defs["ability"]["enum"])
     assert {"affine", "mxfp4"} <= set(defs["quantization"]["properties"]["mode"]["enum"])
 
 

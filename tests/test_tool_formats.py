@@ -169,8 +169,8 @@ def styles():
 
 
 def test_every_chat_style_has_a_fallback_template_that_renders_a_tool_conversation(styles):
-    chat = [s for s in styles.values() if s.name != "embedding"]
-    assert len(chat) >= 12
+    chat = [s for s in styles.values() if s.chat_template]  # embedding and speech models have no chat
+    assert len(chat) >= 13
     for style in chat:
         text = _render(style.chat_template)
         assert "Be brief." in text and "Weather in Paris?" in text and "22 C and sunny" in text, style.name

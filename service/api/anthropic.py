@@ -16,8 +16,9 @@ from ..engine.events import Done, Event, Result, TextDelta, ThinkingDelta, ToolC
 from ..engine.request import GenerationRequest, Message, Thinking, ToolChoice
 from ..errors import BadRequest, ServiceError
 from . import finish
-from .common import keep_alive, max_tokens, number, parse_body, sampling, stop_list, text_of, tool
+from .common import content_of, keep_alive, max_tokens, number, parse_body, sampling, stop_list, text_of, tool
 from .errors import ANTHROPIC, error_body
+from .images import load_images
 from .stream import Preamble, respond
 
 router = APIRouter()
@@ -66,7 +67,7 @@ def _blocks(content, where: str) -> list[dict]:
 
 def _turn(role: str, blocks: list[dict], where: str, names: dict[str, str]) -> list[Message]:
     """One Anthropic message as engine messages: tool results become `tool` messages of their own."""
-    out, text, thinking, calls = [], [], [], []
+    out, text, thinking, calls, images = [], [], [], [], []
     for j, b in enumerate(blocks):
         kind, at = b.get("type"), f"{where}.content.{j}"
         if kind == "tool_result" and role == "user":
@@ -83,10 +84,13 @@ def _turn(role: str, blocks: list[dict], where: str, names: dict[str, str]) -> l
             thinking.append(str(b.get("thinking", "")))
         elif kind == "redacted_thinking":
             continue
+        elif kind == "image" and role == "user":
+            images += content_of([b], at)[1]
         else:
             text.append(text_of([b], at))
-    if text or calls or thinking or not out:
-        message = Message(role, "".join(text), tool_calls=tuple(calls), thinking="".join(thinking) or None)
+    if text or calls or thinking or images or not out:
+        message = Message(role, "".join(text), tool_calls=tuple(calls), thinking="".join(thinking) or None,
+                          images=tuple(images))
         out = out + [message] if role == "user" else [message] + out
     return out
 
@@ -108,7 +112,8 @@ def _messages(body: CountRequest) -> list[Message]:
         for message in _turn(role, _blocks(m.get("content"), f"messages.{i}"), f"messages.{i}", names):
             last = out[-1] if out else None
             if (last and last.role == message.role and message.role in ("user", "assistant")
-                    and not (last.tool_calls or message.tool_calls or message.thinking)):
+                    and not (last.tool_calls or message.tool_calls or message.thinking or last.images
+                             or message.images)):
                 out[-1] = Message(last.role, last.content + "\n\n" + message.content, thinking=last.thinking)
             else:  # consecutive same-role text turns are merged, as upstream does
                 out.append(message)
@@ -281,6 +286,6 @@ async def count_tokens(request: Request):
     manager = request.app.state.manager
     req = GenerationRequest(model=body.model, **_conversation(body))
     target = manager.resolve(body.model)
-    job = manager.job(req, target)
+    job = await load_images(manager.job(req, target), request.app.state.settings.max_image_bytes)
     async with await manager.lease(body.model, generating=False, target=target) as lease:  # held: no eviction meanwhile
         return {"input_tokens": await lease.served.runner.count_tokens(job)}

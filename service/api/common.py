@@ -11,7 +11,7 @@ from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
 from ..engine.events import ToolCall
-from ..engine.request import ResponseFormat, Sampling, Tool
+from ..engine.request import Image, ResponseFormat, Sampling, Tool
 from ..errors import BadRequest, PayloadTooLarge
 from ..keepalive import parse_keep_alive
 
@@ -97,23 +97,43 @@ def keep_alive(value: Any) -> float | None:
 
 def text_of(content: Any, where: str) -> str:
     """A message's content as text: a string, or a list of text parts/blocks (OpenAI and Anthropic)."""
+    text, images = content_of(content, where)
+    if images:
+        raise BadRequest(f"{where}: images can only be sent in user messages", param=where)
+    return text
+
+
+def content_of(content: Any, where: str) -> tuple[str, tuple[Image, ...]]:
+    """A message's text and images: a string, or a list of OpenAI parts / Anthropic blocks."""
+    from .images import from_base64, from_url
+
     if content is None:
-        return ""
+        return "", ()
     if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        pieces = []
-        for part in content:
-            kind = part.get("type") if isinstance(part, dict) else None
-            if kind in ("text", "input_text"):
-                pieces.append(str(part.get("text", "")))
-            elif kind in ("image_url", "image", "input_image", "input_audio", "document"):
-                raise BadRequest(f"{where}: `{kind}` content needs a vision or audio model, which this version of "
-                                 "MLX Service does not serve yet", param=where)
-            else:
-                raise BadRequest(f"{where}: unsupported content part {kind!r}", param=where)
-        return "".join(pieces)
-    raise BadRequest(f"{where}: content must be a string or a list of parts", param=where)
+        return content, ()
+    if not isinstance(content, list):
+        raise BadRequest(f"{where}: content must be a string or a list of parts", param=where)
+    pieces, images = [], []
+    for i, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        at = f"{where}[{i}]"
+        if kind in ("text", "input_text"):
+            pieces.append(str(part.get("text", "")))
+        elif kind == "image_url":  # OpenAI: {"image_url": {"url": ...}} (or the URL itself)
+            ref = part.get("image_url")
+            images.append(from_url(ref.get("url") if isinstance(ref, dict) else ref, at))
+        elif kind == "input_image":
+            images.append(from_url(part.get("image_url"), at))
+        elif kind == "image":  # Anthropic: {"source": {"type": "base64", "data": ...} | {"type": "url", ...}}
+            source = part.get("source") if isinstance(part.get("source"), dict) else {}
+            images.append(from_base64(source.get("data"), at) if source.get("type") == "base64"
+                          else from_url(source.get("url"), at))
+        elif kind in ("input_audio", "document", "file", "audio"):
+            raise BadRequest(f"{where}: `{kind}` content is not read here: send audio to /v1/audio/transcriptions",
+                             param=where)
+        else:
+            raise BadRequest(f"{where}: unsupported content part {kind!r}", param=where)
+    return "".join(pieces), tuple(images)
 
 
 def stop_list(value: Any, where: str = "stop") -> list[str]:

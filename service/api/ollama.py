@@ -21,6 +21,7 @@ from ..errors import BadRequest, ServiceError
 from . import finish
 from .common import function_calls, function_tools, json_schema, keep_alive, number, parse_body, sampling, stop_list
 from .embed import embed, embedding_job
+from .images import from_base64
 from .listing import digest_of, mtime_iso
 from .show import render_show, summary_details
 from .stream import respond
@@ -102,8 +103,6 @@ def chat_request(body: ChatRequest) -> GenerationRequest:
         role = str(m.get("role", "")).lower()
         if role not in ("system", "user", "assistant", "tool"):
             raise BadRequest(f"messages[{i}].role must be system, user, assistant or tool")
-        if m.get("images"):
-            raise BadRequest("images need a vision model, which this version of MLX Service does not serve yet")
         content = m.get("content", "") or ""
         if not isinstance(content, str):
             raise BadRequest(f"messages[{i}].content must be a string")
@@ -113,17 +112,29 @@ def chat_request(body: ChatRequest) -> GenerationRequest:
                                                                           f"messages[{i}].tool_calls"),
                                 tool_call_id=m.get("tool_call_id") if role == "tool" else None,
                                 name=tool_name if role == "tool" and isinstance(tool_name, str) else None,
-                                thinking=thinking if isinstance(thinking, str) else None))
+                                thinking=thinking if isinstance(thinking, str) else None,
+                                images=_images(m.get("images"), f"messages[{i}].images")))
     return _request(body, messages=messages, tools=function_tools(body.tools))
 
 
 def generate_request(body: GenerateRequest) -> GenerationRequest:
-    if body.model_extra and body.model_extra.get("images"):
-        raise BadRequest("images need a vision model, which this version of MLX Service does not serve yet")
+    images = _images((body.model_extra or {}).get("images"), "images")
     if body.raw:
+        if images:
+            raise BadRequest("raw mode does not take images: send them with a templated prompt")
         return _request(body, prompt=body.prompt)
-    messages = ([Message("system", body.system)] if body.system else []) + [Message("user", body.prompt)]
+    messages = ([Message("system", body.system)] if body.system else []) + [Message("user", body.prompt,
+                                                                                    images=images)]
     return _request(body, messages=messages)
+
+
+def _images(value: Any, where: str) -> tuple:
+    """Ollama's `images`: base64 strings."""
+    if not value:
+        return ()
+    if not isinstance(value, list):
+        raise BadRequest(f"{where} must be a list of base64 strings")
+    return tuple(from_base64(v, f"{where}[{i}]") for i, v in enumerate(value))
 
 
 def _call(call: ToolCall, index: int) -> dict:

@@ -18,6 +18,7 @@ from ..engine.request import GenerationRequest, Message, ResponseFormat, Thinkin
 from ..errors import BadRequest, ServiceError
 from . import finish
 from .common import (
+    content_of,
     function_calls,
     function_tools,
     json_schema,
@@ -120,6 +121,9 @@ def _message(m: dict, i: int) -> Message:
     where = f"messages[{i}]"
     if role not in ("system", "developer", "user", "assistant", "tool"):
         raise BadRequest(f"{where}.role must be system, developer, user, assistant or tool", param=f"{where}.role")
+    if role == "user":
+        text, images = content_of(m.get("content"), f"{where}.content")
+        return Message("user", text, images=images)
     content = text_of(m.get("content"), f"{where}.content")
     if role == "tool":
         return Message("tool", content, tool_call_id=str(m.get("tool_call_id") or ""),

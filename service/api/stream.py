@@ -18,6 +18,7 @@ from ..engine.events import Event, Result
 from ..engine.request import GenerationRequest
 from ..errors import ServiceError
 from ..manager import Lease, ModelManager
+from .images import load_images
 
 
 class Generation:
@@ -37,7 +38,7 @@ class Generation:
     @classmethod
     async def start(cls, manager: ModelManager, req: GenerationRequest) -> Generation:
         target = manager.resolve(req.model)
-        job = manager.job(req, target)
+        job = await load_images(manager.job(req, target), manager.settings.max_image_bytes)
         lease = await manager.lease(req.model, req.keep_alive, target=target)
         events = None
         try:

@@ -14,7 +14,7 @@ from ..catalog.model import Sampling as CatalogSampling
 from ..errors import BadRequest
 from .grammar import Constraint, check
 from .output import OutputSpec
-from .request import GenerationRequest, Message
+from .request import GenerationRequest, Image, Message
 from .toolformats import Harmony, ToolFormat, tool_format
 
 # The engine's own defaults, used where neither the request nor the catalog family says anything.
@@ -44,18 +44,17 @@ class ModelTraits:
 
     name: str
     abilities: frozenset[str] = frozenset({"chat", "generate"})
+    kind: str = "text"
     sampling: CatalogSampling = CatalogSampling()
     think_start: str | None = None
     think_end: str | None = None
     tool_format: ToolFormat | None = None
 
     @classmethod
-    def of(cls, name: str, family: Family | None, style: PromptStyle | None) -> ModelTraits:
-        if family is None:
-            return cls(name)
+    def of(cls, name: str, family: Family, style: PromptStyle | None) -> ModelTraits:
         fmt = style.tool_calls if style else None
         thinking = style.thinking if style and "thinking" in family.abilities else None
-        return cls(name, frozenset(family.abilities), family.sampling,
+        return cls(name, frozenset(family.abilities), family.kind, family.sampling,
                    thinking.start if thinking else None, thinking.end if thinking else None,
                    tool_format(fmt.format, fmt.start, fmt.end) if fmt and "tools" in family.abilities else None)
 
@@ -81,6 +80,7 @@ class Job:
     timeout: float  # the limit it came from, for the error message
     ignore_eos: bool = False
     max_tokens_given: bool = False  # the request set it (else it may shrink to what the context has room for)
+    images: tuple[Image, ...] = ()  # every message's images, in order (fetched and checked before the job runs)
     output: OutputSpec = field(default_factory=OutputSpec)
     constraint: Constraint | None = None  # a grammar the output must follow, enforced token by token
     cancel: threading.Event = field(default_factory=threading.Event)  # set when the client goes away
@@ -116,6 +116,10 @@ def build_job(req: GenerationRequest, traits: ModelTraits, *, max_tokens: int, t
         raise BadRequest("max_tokens must be at least 1", param="max_tokens")
     calling = _check_tools(req, traits)
     thinks = _check_thinking(req, traits)
+    images = tuple(image for m in req.messages or () for image in m.images)
+    if images and "vision" not in traits.abilities:
+        raise BadRequest(f'"{traits.name}" is a {traits.kind} model: it cannot see images; send them to a vision '
+                         "model", param="messages")
     fmt = traits.tool_format
     output = OutputSpec(think_start=traits.think_start, think_end=traits.think_end,
                         keep_thinking=req.thinking.enabled is not False,
@@ -131,8 +135,8 @@ def build_job(req: GenerationRequest, traits: ModelTraits, *, max_tokens: int, t
     return Job(chat=chat, prompt=req.prompt if chat is None else None,
                sampling=merge_sampling(traits.sampling, req.sampling), max_tokens=limit,
                stop=tuple(s for s in req.stop if s), deadline=time.monotonic() + timeout, timeout=timeout,
-               ignore_eos=req.ignore_eos, max_tokens_given=req.max_tokens is not None, output=output,
-               constraint=constraint)
+               ignore_eos=req.ignore_eos, max_tokens_given=req.max_tokens is not None, images=images,
+               output=output, constraint=constraint)
 
 
 def _check_tools(req: GenerationRequest, traits: ModelTraits) -> bool:
@@ -190,6 +194,8 @@ def _template_message(m: Message) -> dict:
     """A message as chat templates read it: tool calls with their arguments as an object (templates write them
     with `tojson`), a tool result with its call id and tool name, reasoning as `reasoning_content`."""
     out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.images:  # the parts vision templates expect: one per image, then the text
+        out["content"] = [{"type": "image"} for _ in m.images] + [{"type": "text", "text": m.content}]
     if m.tool_calls:
         out["tool_calls"] = [{"id": c.id, "type": "function",
                               "function": {"name": c.name, "arguments": _arguments(c.arguments)}}

@@ -10,6 +10,14 @@ from .events import ToolCall
 
 
 @dataclass(frozen=True)
+class Image:
+    """An image in a message: its file's bytes, or a URL the server fetches before the job runs."""
+
+    data: bytes | None = None
+    url: str | None = None
+
+
+@dataclass(frozen=True)
 class Message:
     role: str  # system | user | assistant | tool
     content: str
@@ -17,6 +25,7 @@ class Message:
     tool_call_id: str | None = None  # a tool result: the call it answers
     name: str | None = None  # a tool result: the tool's name
     thinking: str | None = None  # an assistant turn's reasoning
+    images: tuple[Image, ...] = ()  # shown to the model before the message's text
 
 
 @dataclass(frozen=True)

@@ -94,5 +94,6 @@ class Registry:
 
 def default_registry() -> Registry:
     return Registry({"mlx-lm": "service.runners.mlx_lm:open_runner",
+                     "mlx-vlm": "service.runners.mlx_vlm:open_runner",
                      "mlx-embeddings": "service.runners.embeddings:open_runner",
                      "mlx-audio": "service.runners.whisper:open_runner"})

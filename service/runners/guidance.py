@@ -8,11 +8,11 @@ batch) is taken back with `rewind`, as its sampler's random draw is.
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
 import llguidance
-import llguidance.hf
 import llguidance.numpy
 import mlx.core as mx
 import numpy as np
@@ -27,14 +27,20 @@ class Guide:
     processors made with it."""
 
     def __init__(self, tokenizer: Any, eos_ids: list[int]):
-        self._hf = getattr(tokenizer, "_tokenizer", tokenizer)  # mlx-lm's wrapper holds the HF tokenizer
+        # mlx-lm's TokenizerWrapper holds the HF tokenizer (which holds a raw `tokenizers.Tokenizer` in turn)
+        self._hf = tokenizer if hasattr(tokenizer, "backend_tokenizer") else tokenizer._tokenizer
         self._eos = eos_ids
         self._ll: Any = None
 
     @property
     def tokenizer(self):
+        """llguidance's view of the vocabulary, from the fast tokenizer's own JSON (as `llguidance.hf` builds it,
+        which accepts only transformers' `PreTrainedTokenizerFast` class, not transformers 5's backends)."""
         if self._ll is None:
-            self._ll = llguidance.hf.from_tokenizer(self._hf, eos_token=self._eos or None)
+            backend = copy.copy(self._hf.backend_tokenizer)
+            backend.no_padding()
+            backend.no_truncation()
+            self._ll = llguidance.LLTokenizer(backend.to_str(), eos_token=self._eos or self._hf.eos_token_id)
         return self._ll
 
     def lit(self, text: str) -> str:

@@ -26,22 +26,16 @@ import mlx_lm
 from mlx.utils import tree_flatten
 from mlx_lm.generate import BatchGenerator, StopSequences, generate_step
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
-from mlx_lm.sample_utils import (
-    apply_min_p,
-    apply_top_k,
-    apply_top_p,
-    greedy_sampler,
-    make_logits_processors,
-    make_sampler,
-)
+from mlx_lm.sample_utils import greedy_sampler, make_logits_processors
 
 from ..engine.events import Done, FinishReason, Timings, ToolCall, Usage
-from ..engine.job import Job, SamplingParams
+from ..engine.job import Job
 from ..engine.stops import StopMatcher
 from ..errors import BadRequest, GenerationTimeout, LoadFailed, ServiceError
 from .base import LoadSpec
 from .channel import Channel
 from .guidance import Guide
+from .sampling import banning, sampler_for
 
 log = logging.getLogger("mlx_service.runner")
 
@@ -183,7 +177,7 @@ class MlxLmRunner:
                              if spec.cache_entries > 0 else None)
         self._eos = list(self.tokenizer.eos_token_ids)
         self._guide = Guide(self.tokenizer, self._eos)
-        self._greedy, self._greedy_banning = greedy_sampler, _banning(self._eos, greedy_sampler)
+        self._greedy, self._greedy_banning = greedy_sampler, banning(self._eos, greedy_sampler)
 
     def _serve(self, stream) -> None:
         self._stream = stream  # generate_step (solo jobs) runs on it too
@@ -503,12 +497,12 @@ class MlxLmRunner:
         self.prompt_cache.insert_cache(self.name, seen[:offset], cache)
 
     def _sampler(self, job: Job):
-        sampler = _sampler(job.sampling)
+        sampler = sampler_for(job.sampling)
         if not (job.ignore_eos and self._eos):
             return sampler
         if sampler is self._greedy:  # one shared object, so the batch still samples greedy jobs in one call
             return self._greedy_banning
-        return _banning(self._eos, sampler)
+        return banning(self._eos, sampler)
 
     def _processors(self, job: Job, prompt_text: str) -> list:
         penalty = job.sampling.repetition_penalty
@@ -516,57 +510,6 @@ class MlxLmRunner:
         if job.constraint is not None:
             processors.append(self._guide.processor(job.constraint, prompt_text))
         return processors
-
-
-def _sampler(params: SamplingParams):
-    """Greedy jobs share one sampler, so the batch samples them in one call."""
-    if params.greedy:
-        return greedy_sampler
-    if params.seed is None:
-        return make_sampler(temp=params.temperature, top_p=params.top_p, min_p=params.min_p, top_k=params.top_k)
-    return _Seeded(params)
-
-
-class _Seeded:
-    """A seeded sampler. Draw n uses a key made from (seed, n) alone, so the output does not depend on what
-    else is in the batch, and a draw that was never used (generate_step runs a step ahead) can be taken back."""
-
-    def __init__(self, params: SamplingParams):
-        self.seed, self.temperature, self.draws = params.seed, params.temperature, 0
-        self.filters = []
-        if 0 < params.top_p < 1.0:
-            self.filters.append(lambda x: apply_top_p(x, params.top_p))
-        if params.min_p != 0.0:
-            self.filters.append(lambda x: apply_min_p(x, params.min_p))
-        if params.top_k > 0:
-            self.filters.append(lambda x: apply_top_k(x, params.top_k))
-
-    def __call__(self, logprobs):
-        key = mx.random.key(hash((self.seed, self.draws)) & 0x7FFF_FFFF_FFFF_FFFF)  # ints hash the same everywhere
-        self.draws += 1
-        for keep in self.filters:
-            logprobs = keep(logprobs)
-        return mx.random.categorical(logprobs * (1 / self.temperature), key=key)
-
-    def rewind(self) -> None:
-        self.draws -= 1
-
-
-def _banning(token_ids: list[int], sampler):
-    """`sampler`, never picking `token_ids` (to ignore end-of-sequence). Done in the sampler rather than as a
-    logits processor: any processor sends the whole batch down mlx-lm's one-row-at-a-time path."""
-    banned = mx.array(token_ids)
-    masks: dict[int, object] = {}
-
-    def sample(logprobs):
-        vocab = logprobs.shape[-1]
-        if vocab not in masks:
-            masks[vocab] = mx.zeros((vocab,), dtype=mx.bool_).at[banned].add(True)
-        return sampler(mx.where(masks[vocab], -mx.inf, logprobs))
-
-    if hasattr(sampler, "rewind"):
-        sample.rewind = sampler.rewind
-    return sample
 
 
 def _free() -> None:
