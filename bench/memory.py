@@ -1,9 +1,11 @@
-"""Memory estimator vs measured peak memory, on generated models (bench/catalog/) of four architectures.
+"""Memory estimator vs measured peak memory, on generated models (bench/catalog/) of every kind.
 
-For each architecture x {float32, bfloat16, 4-bit} x context, a fresh process builds (once) and loads the
-checkpoint through mlx_lm.load, prefills a random prompt of `context - 16` tokens, decodes 16 tokens, and
-reports mx.get_peak_memory(). The estimate is service.catalog.estimate(entry, context). Target: every row
-within +-10%. Run: `make bench` (or `.venv/bin/python bench/memory.py [--contexts 512 2048]`).
+Text (four architectures x {float32, bfloat16, 4-bit} x context): a fresh process loads the checkpoint through
+mlx_lm.load, prefills a random prompt of `context - 16` tokens and decodes 16. Embedding (a BERT): one batch of
+32 inputs of 128 or 512 tokens. Speech (a Whisper-tiny shape): 30 s of audio. Vision (a Qwen2-VL): one image of
+448 or 896 pixels square, then 16 tokens. Each reports mx.get_peak_memory(); the estimate is
+service.catalog.estimate for the same work. Target: every row within +-10%.
+Run: `make bench` (or `.venv/bin/python bench/memory.py [--contexts 512 2048]`).
 """
 
 from __future__ import annotations
@@ -25,21 +27,51 @@ from _report import RESULTS, bench_catalog, build, table, write  # noqa: E402
 
 DECODE = 16
 TOLERANCE = 0.10
+EMBED_BATCH = 32  # the embedding runner's forward batch
+SIZES = {"embedding": [128, 512], "speech": [30], "vision": [448, 896]}  # per kind (text: --contexts)
 
 
 def worker(tag: str, context: int) -> dict:
-    """Runs in its own process so that every peak starts from nothing."""
+    """Runs in its own process so that every peak starts from nothing. `context`: tokens for text models and
+    per input for embedding models (a batch of EMBED_BATCH), the image's side in pixels for vision models, and
+    seconds of audio for speech models."""
     import mlx.core as mx
-    import mlx_lm
-    from mlx_lm.generate import generate_step
 
     entry, path = build(tag, lambda e: RESULTS / "models" / e.tag.replace(":", "-"))
     mx.reset_peak_memory()
-    model, _ = mlx_lm.load(str(path))
     mx.random.seed(0)
-    prompt = mx.random.randint(0, entry.model.architecture.vocab_size, (context - DECODE,))
-    for _ in generate_step(prompt, model, max_tokens=DECODE):
-        pass
+    kind = entry.family.kind
+    if kind == "embedding":
+        from mlx_vlm.embedding_loader import load_embedding_model
+
+        model = load_embedding_model(path)
+        ids = mx.random.randint(5, entry.model.architecture.vocab_size, (EMBED_BATCH, context))
+        mx.eval(model(ids, attention_mask=mx.ones(ids.shape)).last_hidden_state)
+    elif kind == "speech":
+        import numpy as np
+        from mlx_audio.stt.utils import load_model
+
+        model = load_model(path)
+        model.generate(np.zeros(16_000 * context, dtype=np.float32), condition_on_previous_text=False)
+    elif kind == "vision":
+        import mlx_vlm
+        from PIL import Image
+
+        model, processor = mlx_vlm.load(str(path))
+        prompt = processor.tokenizer.apply_chat_template(
+            [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe."}]}],
+            add_generation_prompt=True, tokenize=False)
+        for _ in mlx_vlm.stream_generate(model, processor, prompt, image=[Image.new("RGB", (context, context))],
+                                         max_tokens=DECODE):
+            pass
+    else:
+        import mlx_lm
+        from mlx_lm.generate import generate_step
+
+        model, _ = mlx_lm.load(str(path))
+        prompt = mx.random.randint(0, entry.model.architecture.vocab_size, (context - DECODE,))
+        for _ in generate_step(prompt, model, max_tokens=DECODE):
+            pass
     return {"peak": mx.get_peak_memory()}
 
 
@@ -51,6 +83,16 @@ def measure(tag: str, context: int) -> dict:
             return {"peak": None, "why": "MLX CPU backend: GatherMM supports float32 only"}
         raise RuntimeError(f"{tag} @ {context}: {proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def estimate_for(entry, size: int):
+    """The estimate of what `worker` ran: `size` is a context, an input length, an image's side or seconds."""
+    from service.catalog import estimate
+
+    if entry.family.kind == "vision":  # the prompt: the image's tokens (4 patches each) and a few words
+        patch = dict(entry.model.architecture.extra_config)["vision_config"]["patch_size"]
+        return estimate(entry, context=(size // patch) ** 2 // 4 + 32, image_pixels=size * size)
+    return estimate(entry, context=size)
 
 
 def main() -> None:
@@ -65,11 +107,9 @@ def main() -> None:
         print(json.dumps(worker(args.worker[0], int(args.worker[1]))))
         return
 
-    from service.catalog import estimate
-
     cat = bench_catalog()
     entries = [e for e in cat.entries() if e.family.name.startswith("bench-") and e.family.name != "bench-serve"]
-    jobs = [(e, c) for e in entries for c in args.contexts]
+    jobs = [(e, c) for e in entries for c in SIZES.get(e.family.kind, args.contexts)]
     if args.reuse:
         previous = json.loads((RESULTS / "memory.json").read_text())
         measured = {(r["model"], r["context"]): r["measured_MiB"] * 2**20 for r in previous["rows"]}
@@ -84,7 +124,7 @@ def main() -> None:
         if peak is None:
             skipped.add(entry.tag)
             continue
-        est = estimate(entry, context=context)
+        est = estimate_for(entry, context)
         error = est.total / peak - 1
         rows.append({"model": entry.tag, "context": context, "measured_MiB": round(peak / 2**20, 1),
                      "estimate_MiB": round(est.total / 2**20, 1), "weights": round(est.weights / 2**20, 1),

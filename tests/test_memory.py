@@ -80,7 +80,7 @@ def test_checkpoint_size_wins_over_formula(write):
     assert estimate(entry).total == estimate(entry).weights + estimate(entry).kv_cache + estimate(entry).activations
 
 
-@pytest.mark.parametrize("tag", ["qwen3:8b", "qwen3:0.6b", "qwen3:30b-a3b", "gemma3:4b"])
+@pytest.mark.parametrize("tag", ["qwen3:8b", "qwen3:0.6b", "qwen3:30b-a3b", "gemma3-text:1b"])
 def test_fit_parallel_is_the_largest_batch_the_estimator_fits(builtin, tag):
     from service.catalog.memory import fit_parallel
 
@@ -93,3 +93,21 @@ def test_fit_parallel_is_the_largest_batch_the_estimator_fits(builtin, tag):
         assert fitted.parallel == 1 or fitted.total <= budget
         if fitted.parallel < 32:  # one more sequence would not fit
             assert estimate(entry, context=8192, parallel=fitted.parallel + 1, prefill_parallel=8).total > budget
+
+
+@pytest.mark.parametrize("tag", ["gemma3:4b", "demo-whisper", "demo-vl"])
+def test_serial_kinds_plan_for_one_request(builtin, tag):
+    """Vision and speech runners take one request at a time: no batch to plan for."""
+    from service.catalog.memory import fit_parallel
+
+    assert fit_parallel(builtin.resolve(tag), 8192, 400 * 2**30, 32, 8).parallel == 1
+
+
+def test_kind_estimates_count_what_each_runner_holds(builtin):
+    embed = estimate(builtin.resolve("bge:large"))
+    assert embed.kv_cache == 0 and embed.parallel == 32  # an encoder: a batch of inputs, no cache
+    speech = estimate(builtin.resolve("demo-whisper"))
+    assert speech.activations > 1500 * 1500 * 2 * 4  # the encoder's attention over a 30 s window
+    vision = builtin.resolve("gemma3:4b")
+    small, large = estimate(vision, image_pixels=448 * 448), estimate(vision, image_pixels=896 * 896)
+    assert large.activations > small.activations and large.weights == small.weights

@@ -115,8 +115,62 @@ def activation_bytes(model: Model, context: int, element_bytes: int, fused_atten
     return int(peak + arch.vocab_size * 4)
 
 
+EMBED_BATCH = 32  # inputs the embedding runner passes through the model at once
+AUDIO_WINDOW = 30 * 16_000  # samples Whisper encodes at once
+IMAGE_PIXELS = 1024 * 1024  # the image a vision estimate plans for, unless the checkpoint caps it (max_pixels)
+
+
+def _extra(model: Model, key: str, default=None):
+    return dict(model.architecture.extra_config).get(key, default)
+
+
+def _embedding_estimate(entry: Entry, context: int) -> MemoryEstimate:
+    """An encoder: no KV cache; one forward pass of EMBED_BATCH inputs of `context` tokens, layer by layer:
+    MLP and hidden-state temporaries per token, and each input's full attention scores."""
+    model, arch = entry.model, entry.model.architecture
+    element = _ELEMENT_BYTES[compute_dtype(model, entry.quantization)]
+    tokens = min(context, arch.max_position_embeddings or context)
+    mlp = arch.intermediate_size or 4 * arch.hidden_size
+    per_token = 4 * mlp * element + 6 * arch.hidden_size * 4
+    activations = EMBED_BATCH * (tokens * per_token + arch.num_attention_heads * tokens * tokens * 4)
+    weights = entry.quantization.size_bytes or int(model.parameters * bits_per_weight(entry.quantization) / 8)
+    return MemoryEstimate(int(weights), 0, int(activations), tokens, EMBED_BATCH, 0, compute_dtype(
+        model, entry.quantization))
+
+
+def _speech_estimate(entry: Entry) -> MemoryEstimate:
+    """Whisper (mlx-audio builds it in float16): the encoder's pass over one 30 s window (its frames' full
+    attention and MLP), the spectrogram's scratch, and the decoder's small self- and cross-attention caches."""
+    model, quant = entry.model, entry.quantization
+    frames = _extra(model, "n_audio_ctx", 1500)
+    state = _extra(model, "n_audio_state", model.architecture.hidden_size)
+    heads = _extra(model, "n_audio_head", model.architecture.num_attention_heads)
+    text_ctx, text_state = _extra(model, "n_text_ctx", 448), _extra(model, "n_text_state", state)
+    bits = 16 if quant.mode in _ELEMENT_BYTES else bits_per_weight(quant)
+    weights = quant.size_bytes if quant.mode not in _ELEMENT_BYTES and quant.size_bytes else \
+        int(model.parameters * bits / 8)
+    encoder = heads * frames * frames * 4 + frames * 8 * state * 2 + AUDIO_WINDOW * 4 * 5
+    caches = _extra(model, "n_text_layer", 4) * 2 * (frames + text_ctx // 8) * text_state * 2
+    return MemoryEstimate(int(weights), int(caches), int(encoder), frames, 1, 0, "float16")
+
+
+def _vision_tower(model: Model, element: int, pixels: int) -> int:
+    """One image through the vision tower: its patches' full attention scores (one layer's at a time) and
+    per-patch temporaries (the pixels, MLP and hidden states)."""
+    vision = _extra(model, "vision_config", {}) or {}
+    patch = vision.get("patch_size", 14)
+    patches = max(pixels // (patch * patch), 1)
+    width = vision.get("embed_dim", vision.get("hidden_size", 1024))
+    heads = vision.get("num_heads", vision.get("num_attention_heads", 16))
+    mlp = int(width * vision.get("mlp_ratio", 4)) if "mlp_ratio" in vision else vision.get("intermediate_size",
+                                                                                            4 * width)
+    pixels_in = 3 * vision.get("temporal_patch_size", 2) * patch * patch * 4
+    return int(heads * patches * patches * 4 + patches * (pixels_in + 2 * mlp * 4 + 6 * width * element))
+
+
 def estimate(entry: Entry, context: int | None = None, parallel: int = 1, kv_bits: int | None = None,
-             fused_attention: bool | None = None, prefill_parallel: int | None = None) -> MemoryEstimate:
+             fused_attention: bool | None = None, prefill_parallel: int | None = None,
+             image_pixels: int | None = None) -> MemoryEstimate:
     """Memory to serve `entry` with `parallel` sequences of `context` tokens (default: the family's context).
 
     Every sequence holds its own KV cache; prefill activations grow only with the sequences prefilled together
@@ -126,6 +180,10 @@ def estimate(entry: Entry, context: int | None = None, parallel: int = 1, kv_bit
     """
     model, quant = entry.model, entry.quantization
     context = context or entry.context_length
+    if entry.family.kind == "embedding":
+        return _embedding_estimate(entry, context)
+    if entry.family.kind == "speech":
+        return _speech_estimate(entry)
     fused = sys.platform == "darwin" if fused_attention is None else fused_attention
     dtype = compute_dtype(model, quant)
     element = _ELEMENT_BYTES[dtype]
@@ -133,6 +191,8 @@ def estimate(entry: Entry, context: int | None = None, parallel: int = 1, kv_bit
     weights = quant.size_bytes or int(model.parameters * bits_per_weight(quant) / 8)
     kv_one, per_token = kv_bytes(model, context, kv_element)
     activations = activation_bytes(model, context, element, fused)
+    if entry.family.kind == "vision":  # the image's tower pass, whose features the prompt's prefill then holds
+        activations += _vision_tower(model, element, image_pixels or _extra(model, "max_pixels", IMAGE_PIXELS))
     return MemoryEstimate(
         weights=int(weights),
         kv_cache=kv_one * parallel,
@@ -149,6 +209,8 @@ def fit_parallel(entry: Entry, context: int, budget: float, most: int, prefill_p
     linear in its sequences (a KV cache each, activations for up to `prefill_parallel` of them), so the estimate
     of one sequence answers for every batch size."""
     one = estimate(entry, context=context)
+    if entry.family.kind != "text":  # the other runners take one request at a time
+        return one
 
     def scaled(parallel: int) -> MemoryEstimate:
         return replace(one, kv_cache=one.kv_cache * parallel, parallel=parallel,

@@ -31,7 +31,8 @@ def write(dest: Path, entry: Entry, style: PromptStyle | None) -> None:
     (dest / "preprocessor_config.json").write_text(json.dumps({
         "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2VLProcessor",
         "patch_size": vision.get("patch_size", 14), "temporal_patch_size": vision.get("temporal_patch_size", 2),
-        "merge_size": vision.get("spatial_merge_size", 2), "min_pixels": 3136, "max_pixels": 12544,
+        "merge_size": vision.get("spatial_merge_size", 2), "min_pixels": 3136,
+        "max_pixels": arch.config_dict().get("max_pixels", 12544),  # tiny by default: 4 to 16 image tokens
         "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}, indent=2))
     model_config = {**arch.config_dict(), "image_token_id": ids["<|image_pad|>"],
                     "video_token_id": ids["<|video_pad|>"], "vision_start_token_id": ids["<|vision_start|>"],
