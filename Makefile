@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 OPENBLAS := $(firstword $(wildcard /usr/lib/*/openblas-pthread/libopenblas.so.0 /usr/lib/*/libopenblas.so.0))
 BENCH_ENV := $(if $(OPENBLAS),LD_PRELOAD=$(OPENBLAS))
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run test lint bench soak clean
 
 setup: $(STAMP)
 
@@ -33,7 +33,11 @@ bench: setup
 	$(BENCH_ENV) $(PY) bench/serve.py
 	$(BENCH_ENV) $(PY) bench/concurrency.py
 	$(BENCH_ENV) $(PY) bench/structured.py
+	$(BENCH_ENV) $(PY) bench/kinds.py
 	$(PY) bench/pull.py
+
+soak: setup  # 30 minutes of mixed traffic, RSS sampled (bench/soak.py --minutes N for less)
+	$(BENCH_ENV) $(PY) bench/soak.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache bench/results
