@@ -12,31 +12,17 @@ from mlx.utils import tree_flatten
 from ..engine.embed import EmbeddingJob, EmbeddingResult
 from ..errors import BadRequest
 from .base import LoadSpec
-from .worker import Worker
+from .worker import SerialRunner
 
 BATCH = 32  # inputs per forward pass: bounds the padded activations of a long list
 
 
-async def open_runner(spec: LoadSpec) -> EmbeddingRunner:
-    runner = EmbeddingRunner(spec)
-    try:
-        await runner.worker.run(runner._load)
-    except BaseException:
-        await runner.close()
-        raise
-    return runner
-
-
-class EmbeddingRunner:
-    capacity = 1
-
+class EmbeddingRunner(SerialRunner):
     def __init__(self, spec: LoadSpec):
-        self.name, self.spec = spec.name, spec
-        self.memory_bytes = 0
-        self.worker = Worker(f"runner {spec.name}")
+        super().__init__(spec)
         self.model = self.tokenizer = None
         self.dimensions = 0
-        self._counts = {"finished": 0, "inputs": 0, "tokens": 0}
+        self._counts.update(inputs=0, tokens=0)
 
     def _load(self) -> None:
         from mlx_vlm.embedding_loader import load_embedding_model
@@ -114,14 +100,11 @@ class EmbeddingRunner:
             pooled = pooled / mx.maximum(mx.linalg.norm(pooled, axis=-1, keepdims=True), 1e-12)
         return pooled
 
-    def stats(self) -> dict[str, int]:
-        return {"running": self.worker.busy, "waiting": 0, **self._counts}
+    def _release(self) -> None:
+        self.model = self.tokenizer = None
 
-    async def close(self) -> None:
-        def release():
-            self.model = self.tokenizer = None
 
-        await self.worker.stop(release)
+open_runner = EmbeddingRunner.open
 
 
 def _pool(states: mx.array, mask: mx.array, how: str) -> mx.array:

@@ -24,28 +24,14 @@ from .base import LoadSpec
 from .channel import Channel
 from .guidance import Guide
 from .sampling import banning, sampler_for
-from .worker import Worker
+from .worker import SerialRunner
 
 
-async def open_runner(spec: LoadSpec) -> VisionRunner:
-    runner = VisionRunner(spec)
-    try:
-        await runner.worker.run(runner._load)
-    except BaseException:
-        await runner.close()
-        raise
-    return runner
-
-
-class VisionRunner:
-    capacity = 1
-
+class VisionRunner(SerialRunner):
     def __init__(self, spec: LoadSpec):
-        self.name, self.spec = spec.name, spec
-        self.memory_bytes = 0
-        self.worker = Worker(f"runner {spec.name}")
+        super().__init__(spec)
         self.model = self.processor = self.tokenizer = None
-        self._counts = {"finished": 0, "cancelled": 0, "timed_out": 0, "tokens": 0, "images": 0}
+        self._counts.update(cancelled=0, timed_out=0, tokens=0, images=0)
 
     def _load(self) -> None:
         import mlx_vlm
@@ -80,14 +66,8 @@ class VisionRunner:
     async def count_tokens(self, job: Job) -> int:
         return await self.worker.run(lambda: len(self._inputs(job)[0]["input_ids"][0]))
 
-    def stats(self) -> dict[str, int]:
-        return {"running": min(self.worker.busy, 1), "waiting": max(self.worker.busy - 1, 0), **self._counts}
-
-    async def close(self) -> None:
-        def release():
-            self.model = self.processor = self.tokenizer = None
-
-        await self.worker.stop(release)
+    def _release(self) -> None:
+        self.model = self.processor = self.tokenizer = None
 
     # ---- runner thread ------------------------------------------------------------------------------------
     def _inputs(self, job: Job):
@@ -180,3 +160,6 @@ class VisionRunner:
             channel.fail(ServiceError(f"{self.name} failed while generating: {type(exc).__name__}: {exc}"))
         finally:
             mx.clear_cache()
+
+
+open_runner = VisionRunner.open

@@ -12,30 +12,16 @@ from mlx.utils import tree_flatten
 from ..engine.speech import Segment, Transcript, TranscriptionJob
 from ..errors import LoadFailed
 from .base import LoadSpec
-from .worker import Worker
+from .worker import SerialRunner
 
 WINDOW = 30 * 16_000  # samples
 
 
-async def open_runner(spec: LoadSpec) -> WhisperRunner:
-    runner = WhisperRunner(spec)
-    try:
-        await runner.worker.run(runner._load)
-    except BaseException:
-        await runner.close()
-        raise
-    return runner
-
-
-class WhisperRunner:
-    capacity = 1
-
+class WhisperRunner(SerialRunner):
     def __init__(self, spec: LoadSpec):
-        self.name, self.spec = spec.name, spec
-        self.memory_bytes = 0
-        self.worker = Worker(f"runner {spec.name}")
+        super().__init__(spec)
         self.model = None
-        self._counts = {"finished": 0, "audio_seconds": 0}
+        self._counts.update(audio_seconds=0)
 
     def _load(self) -> None:
         from mlx_audio.stt.utils import load_model
@@ -66,14 +52,11 @@ class WhisperRunner:
         self._counts["audio_seconds"] += int(job.duration)
         return Transcript(text, language or "en", job.duration, segments, time.perf_counter() - started)
 
-    def stats(self) -> dict[str, int]:
-        return {"running": self.worker.busy, "waiting": 0, **self._counts}
+    def _release(self) -> None:
+        self.model = None
 
-    async def close(self) -> None:
-        def release():
-            self.model = None
 
-        await self.worker.stop(release)
+open_runner = WhisperRunner.open
 
 
 def _segment(index: int, raw: dict, offset: float) -> Segment:

@@ -62,3 +62,39 @@ def _settle(future: asyncio.Future, result: Any, error: BaseException | None) ->
         future.set_exception(error)
     else:
         future.set_result(result)
+
+
+class SerialRunner:
+    """A runner that takes one request at a time on a `Worker` of its own (vision, embedding, speech models).
+    Subclasses load their model in `_load` and drop it in `_release`, both on the worker thread."""
+
+    capacity = 1
+
+    def __init__(self, spec):
+        self.name, self.spec = spec.name, spec
+        self.memory_bytes = 0
+        self.worker = Worker(f"runner {spec.name}")
+        self._counts: dict[str, int] = {"finished": 0}
+
+    @classmethod
+    async def open(cls, spec):
+        """Load `spec` on the runner's thread; raises what loading raised, with the thread ended."""
+        runner = cls(spec)
+        try:
+            await runner.worker.run(runner._load)
+        except BaseException:
+            await runner.close()
+            raise
+        return runner
+
+    def _load(self) -> None:
+        raise NotImplementedError
+
+    def _release(self) -> None:
+        raise NotImplementedError
+
+    def stats(self) -> dict[str, int]:
+        return {"running": min(self.worker.busy, 1), "waiting": max(self.worker.busy - 1, 0), **self._counts}
+
+    async def close(self) -> None:
+        await self.worker.stop(self._release)
