@@ -16,7 +16,8 @@ from service.hub.pull import Puller
 from .fakes import fake_app
 
 ROUTES = ["/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens", "/api/chat",
-          "/api/generate", "/api/show", "/api/pull", "/api/delete", "/v1/models/fake-a/load"]
+          "/api/generate", "/api/show", "/api/pull", "/api/delete", "/v1/models/fake-a/load", "/v1/embeddings",
+          "/api/embed", "/api/embeddings", "/v1/audio/transcriptions"]
 MSG = [{"role": "user", "content": "hi"}]
 
 
@@ -102,7 +103,7 @@ _MESSAGE = st.fixed_dictionaries({}, optional={
     "role": st.one_of(st.sampled_from(["user", "assistant", "system", "tool", "developer"]), _SCALARS),
     "content": _VALUES, "tool_calls": _VALUES, "tool_call_id": _VALUES, "tool_name": _VALUES,
     "thinking": _VALUES, "images": _VALUES})
-_KEYS = ["max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n",
+_KEYS = ["input", "encoding_format", "dimensions", "truncate", "images", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n",
          "keep_alive", "tools", "tool_choice", "response_format", "format", "think", "thinking", "reasoning_effort",
          "options", "system", "prompt", "raw", "stop_sequences", "parallel_tool_calls", "stream_options",
          "repetition_penalty", "ignore_eos", "name", "insecure"]

@@ -157,6 +157,9 @@ def test_transcription_refusals(server):
     else:
         assert r.status_code == 400
     assert post({"file": ("a.wav", wav(0.5))}, response_format="mp3").status_code == 400
+    for temperature in ("nan", "inf", "-1", "hot"):
+        r = post({"file": ("a.wav", wav(0.5))}, temperature=temperature)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "temperature"
     assert post({"file": ("a.wav", wav(0.5))}, language="english!").status_code == 400
     assert httpx.post(url, data={"model": "tiny-whisper"}, files={"other": ("x", b"1")}).status_code == 400
     assert httpx.post(url, json={"model": "tiny-whisper"}).status_code == 400  # not multipart
