@@ -70,7 +70,9 @@ def test_builtin_catalog_breadth(builtin):
     assert len(builtin.families) >= 20
     assert len([e for e in entries if e.quantization.repo]) >= 60
     kinds = {f.kind for f in builtin.families.values()}
-    assert kinds == {"text", "vision", "audio", "embedding"}
+    assert kinds == {"text", "vision", "audio", "embedding", "speech"}
     assert any(e.model.architecture.is_moe for e in entries)
     assert any("thinking" in f.abilities for f in builtin.families.values())
     assert builtin.resolve("demo").quantization.generated is not None
+    generated_kinds = {e.family.kind for e in entries if e.quantization.generated is not None}
+    assert generated_kinds == {"text", "vision", "embedding", "speech"}  # an offline demo of every served kind
