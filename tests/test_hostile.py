@@ -103,7 +103,8 @@ _MESSAGE = st.fixed_dictionaries({}, optional={
     "role": st.one_of(st.sampled_from(["user", "assistant", "system", "tool", "developer"]), _SCALARS),
     "content": _VALUES, "tool_calls": _VALUES, "tool_call_id": _VALUES, "tool_name": _VALUES,
     "thinking": _VALUES, "images": _VALUES})
-_KEYS = ["input", "encoding_format", "dimensions", "truncate", "images", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n",
+_KEYS = ["input", "encoding_format", "dimensions", "truncate", "images", "max_tokens", "max_completion_tokens",
+         "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n",
          "keep_alive", "tools", "tool_choice", "response_format", "format", "think", "thinking", "reasoning_effort",
          "options", "system", "prompt", "raw", "stop_sequences", "parallel_tool_calls", "stream_options",
          "repetition_penalty", "ignore_eos", "name", "insecure"]
@@ -193,6 +194,8 @@ def test_the_generation_timeout_covers_prompt_processing(server):
     from service.errors import GenerationTimeout
     from service.runners import LoadSpec
     from service.runners.mlx_lm import open_runner
+
+    httpx.post(server.url + "/v1/chat/completions", json={"model": "tiny", "messages": MSG, "max_tokens": 1})  # built
 
     async def main():
         runner = await open_runner(LoadSpec(name="t", path=server.manager.resolve("tiny").path, prefill_step_size=4))

@@ -275,3 +275,16 @@ def test_checkpoint_folders_of_each_kind_are_detected_and_served(models_dir, tmp
         assert local.audio.transcriptions.create(model="my-whisper", file=("a.wav", wav(1.0))).text == "hello world"
         show = httpx.post(srv.url + "/api/show", json={"model": "my-whisper"}).json()
         assert show["details"]["format"] == "safetensors"
+
+
+def test_a_client_that_leaves_stops_a_long_transcription_after_the_current_window(server):
+    audio = wav(1800.0, rate=4000)  # 60 windows of 30 s, 14 MB
+    httpx.post(server.url + "/v1/audio/transcriptions", files={"file": ("a.wav", wav(0.5))},
+               data={"model": "tiny-whisper"})  # loaded
+    runner = server.manager.models["tiny-whisper:s-f32"].runner
+    before = runner.stats()["windows"]
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(server.url + "/v1/audio/transcriptions", files={"file": ("a.wav", audio)},
+                   data={"model": "tiny-whisper"}, timeout=0.3)
+    assert server.wait(lambda: runner.worker.busy == 0, timeout=60)
+    assert runner.stats()["windows"] - before < 60  # it stopped part-way, not after the whole file

@@ -1,4 +1,4 @@
-"""The FastAPI application: middleware (request ids, API keys, body size), error handlers, the three dialects."""
+"""The FastAPI application: middleware (request ids, API keys), error handlers, the three dialects."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..catalog import Catalog, load_catalog
 from ..config import Settings
-from ..errors import BadRequest, NotFound, PayloadTooLarge, ServiceError, Unauthorized
+from ..errors import BadRequest, NotFound, ServiceError, Unauthorized
 from ..manager import ModelManager
 from ..runners import Registry
 from . import anthropic, audio, hub, ollama, openai
@@ -37,7 +37,7 @@ def _authorized(request: Request, keys: list[str]) -> bool:
 
 
 class Guard:
-    """Request ids, API keys and the body-size limit, as plain ASGI (Starlette's BaseHTTPMiddleware would put
+    """Request ids and API keys, as plain ASGI (Starlette's BaseHTTPMiddleware would put
     every streamed chunk through an extra task and queue)."""
 
     def __init__(self, app, settings: Settings):
@@ -53,10 +53,6 @@ class Guard:
             if keys and scope["path"] not in OPEN_PATHS and not _authorized(request, keys):
                 raise Unauthorized("invalid or missing API key: send `Authorization: Bearer <key>` or "
                                    "`x-api-key: <key>`")
-            length = request.headers.get("content-length")
-            if length and length.isdigit() and int(length) > self.settings.max_request_bytes:
-                raise PayloadTooLarge(f"request body of {length} bytes is over the {self.settings.max_request_bytes}"
-                                      "-byte limit (MLX_SERVICE_MAX_REQUEST_BYTES)")
         except ServiceError as exc:
             return await error_response(request, exc)(scope, receive, send)
 

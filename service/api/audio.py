@@ -15,6 +15,7 @@ from ..engine.speech import Transcript, TranscriptionJob
 from ..errors import BadRequest
 from ..manager import require_kind
 from .common import keep_alive, number, read_body
+from .stream import unless_disconnected
 
 router = APIRouter()
 FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
@@ -87,7 +88,9 @@ async def _run(request: Request, task: str) -> Response:
     target = manager.resolve(model)
     require_kind(target, {"speech"}, "transcribe audio: use a speech-to-text model")
     async with await manager.lease(model, keep, target=target) as lease:
-        transcript = await lease.served.runner.transcribe(job)
+        transcript = await unless_disconnected(request, lease.served.runner.transcribe(job))
+    if transcript is None:  # the client left: it stopped after the window it was decoding
+        return Response(status_code=499)
     return _render(transcript, fmt, task, granularities)
 
 

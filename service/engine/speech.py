@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ class TranscriptionJob:
     prompt: str | None = None
     temperature: float = 0.0
     word_timestamps: bool = False
+    cancel: threading.Event = field(default_factory=threading.Event, compare=False)  # the client went away
 
     @property
     def duration(self) -> float:

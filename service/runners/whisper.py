@@ -5,6 +5,7 @@ window's text): decoding stays bounded by the audio's length, and one bad window
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from mlx.utils import tree_flatten
@@ -21,7 +22,7 @@ class WhisperRunner(SerialRunner):
     def __init__(self, spec: LoadSpec):
         super().__init__(spec)
         self.model = None
-        self._counts.update(audio_seconds=0)
+        self._counts.update(audio_seconds=0, windows=0)
 
     def _load(self) -> None:
         from mlx_audio.stt.utils import load_model
@@ -32,13 +33,20 @@ class WhisperRunner(SerialRunner):
         self.memory_bytes = sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
 
     async def transcribe(self, job: TranscriptionJob) -> Transcript:
-        return await self.worker.run(lambda: self._transcribe(job))
+        try:
+            return await self.worker.run(lambda: self._transcribe(job))
+        except asyncio.CancelledError:  # the client left (or the server is stopping): stop after this window
+            job.cancel.set()
+            raise
 
     def _transcribe(self, job: TranscriptionJob) -> Transcript:
         started = time.perf_counter()
         segments: list[Segment] = []
         language = job.language
         for at in range(0, len(job.samples), WINDOW):
+            if job.cancel.is_set():
+                break
+            self._counts["windows"] += 1
             out = self.model.generate(job.samples[at:at + WINDOW], task=job.task, language=job.language,
                                       temperature=job.temperature, condition_on_previous_text=False,
                                       initial_prompt=job.prompt if at == 0 else None, return_timestamps=True,
