@@ -7,7 +7,8 @@ models (bench/catalog/: a BERT encoder, a Qwen2-VL, a Whisper-tiny shape), in in
   service against `mlx_vlm.stream_generate`'s first result; target: within 10 ms;
 - speech: 30 s of audio transcribed, `POST /v1/audio/transcriptions` (multipart WAV) against mlx-audio's
   `generate` on the same samples and options; the ratio of speeds; target >= 0.95x.
-Medians of per-round ratios (differences for vision) with 95% bootstrap intervals.
+Each round times every case a few times (8 single embeddings, 2 of the others) on each side, in alternating
+order; medians of per-round ratios (differences for vision) with 95% bootstrap intervals.
 Run: `make bench` or `.venv/bin/python bench/kinds.py [--rounds N]`.
 """
 
@@ -138,7 +139,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MLX_SERVICE_MAX_LOADED_MODELS": "3"}  # all three stay loaded
     proc, url = start_service(EMBED, RESULTS / "models-kinds", env)
     try:
         ours, raw = Service(url), InProcess()
@@ -151,11 +152,12 @@ def main() -> None:
         for service, baseline in cases.values():  # loads, builds, compiles: not measured
             service(), baseline()
         times = {name: {"ours": [], "raw": []} for name in cases}
+        repeats = {"embed-1": 8, "embed-32": 2, "vision-ttft": 2, "speech-30s": 1}  # calls per round: the mean
         for r in range(args.rounds):
             for name, (service, baseline) in cases.items():
                 pair = [("ours", service), ("raw", baseline)]
                 for who, run in (pair if r % 2 else pair[::-1]):
-                    times[name][who].append(run())
+                    times[name][who].append(statistics.mean(run() for _ in range(repeats[name])))
     finally:
         proc.terminate()
         proc.wait(timeout=60)

@@ -252,8 +252,9 @@ async def embed_route(request: Request):
                                                                dimensions=body.dimensions),
                        keep_alive(body.keep_alive))
     seconds = done.result.seconds + done.load_seconds
-    return {"model": body.model_name, "embeddings": done.result.vectors, "total_duration": int(seconds * 1e9),
-            "load_duration": int(done.load_seconds * 1e9), "prompt_eval_count": done.result.prompt_tokens}
+    return JSONResponse({"model": body.model_name, "embeddings": done.result.vectors,  # as is: no per-float pass
+                         "total_duration": int(seconds * 1e9), "load_duration": int(done.load_seconds * 1e9),
+                         "prompt_eval_count": done.result.prompt_tokens})
 
 
 @router.post("/api/embeddings")
@@ -264,7 +265,7 @@ async def embeddings_legacy(request: Request):
         raise BadRequest("prompt must be a string")
     done = await embed(request, body.model_name, embedding_job(body.prompt, where="prompt"),
                        keep_alive(body.keep_alive))
-    return {"embedding": done.result.vectors[0]}
+    return JSONResponse({"embedding": done.result.vectors[0]})
 
 
 @router.api_route("/", methods=["GET", "HEAD"])

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
 from ..engine.events import Done, Event, Result, TextDelta, ThinkingDelta, ToolCall, Usage
@@ -285,8 +286,8 @@ async def embeddings(request: Request):
              "embedding": _base64(v) if body.encoding_format == "base64" else v}
             for i, v in enumerate(done.result.vectors)]
     tokens = done.result.prompt_tokens
-    return {"object": "list", "data": data, "model": done.model,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+    return JSONResponse({"object": "list", "data": data, "model": done.model,  # as is: no per-float re-encoding
+                         "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
 
 def _base64(vector: list[float]) -> str:

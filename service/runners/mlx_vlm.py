@@ -13,7 +13,6 @@ import io
 import time
 
 import anyio
-import mlx.core as mx
 from mlx.utils import tree_flatten
 
 from ..engine.events import Done, FinishReason, Timings, ToolCall, Usage
@@ -71,8 +70,9 @@ class VisionRunner(SerialRunner):
 
     # ---- runner thread ------------------------------------------------------------------------------------
     def _inputs(self, job: Job):
-        """(mlx-vlm's prepared inputs, the prompt text, the images)."""
-        from mlx_vlm.utils import prepare_inputs
+        """(mlx-vlm's prepared inputs, the prompt text, the images): prepared once, here, and handed to
+        `stream_generate` as they are (it would prepare them again)."""
+        from mlx_vlm.utils import prepare_inputs, should_add_special_tokens
         from PIL import Image
 
         if job.chat is None:
@@ -84,10 +84,10 @@ class VisionRunner(SerialRunner):
             except Exception as exc:
                 raise BadRequest(f"the chat template of {self.name} rejected these messages: {exc}") from exc
         images = [Image.open(io.BytesIO(image.data)).convert("RGB") for image in job.images]
-        config = getattr(self.model, "config", None)
+        config = self.model.config
         inputs = prepare_inputs(self.processor, images=images or None, prompts=text,
-                                image_token_index=getattr(config, "image_token_index", None)
-                                or getattr(config, "image_token_id", None))
+                                image_token_index=getattr(config, "image_token_index", None),
+                                add_special_tokens=should_add_special_tokens(config.model_type, self.processor))
         return inputs, text, images
 
     def _generate(self, job: Job, channel: Channel) -> None:
@@ -117,10 +117,12 @@ class VisionRunner(SerialRunner):
                 processors = (processors or []) + make_logits_processors(
                     repetition_penalty=job.sampling.repetition_penalty)
             reason, count, sent = FinishReason.LENGTH, 0, False
+            prepared = {k: v for k, v in inputs.items() if k not in ("input_ids", "pixel_values", "attention_mask")}
             for r in mlx_vlm.stream_generate(self.model, self.processor, text, image=images or None,
-                                              max_tokens=job.max_tokens, sampler=sampler,
-                                              logits_processors=processors,
-                                              prefill_step_size=self.spec.prefill_step_size):
+                                              input_ids=inputs["input_ids"], pixel_values=inputs.get("pixel_values"),
+                                              mask=inputs.get("attention_mask"), max_tokens=job.max_tokens,
+                                              sampler=sampler, logits_processors=processors,
+                                              prefill_step_size=self.spec.prefill_step_size, **prepared):
                 if job.cancel.is_set():
                     reason = FinishReason.CANCELLED
                     break
@@ -158,8 +160,6 @@ class VisionRunner(SerialRunner):
             channel.fail(exc)
         except Exception as exc:  # a bug or a model failure: this request's error, not the runner's
             channel.fail(ServiceError(f"{self.name} failed while generating: {type(exc).__name__}: {exc}"))
-        finally:
-            mx.clear_cache()
 
 
 open_runner = VisionRunner.open
