@@ -36,6 +36,7 @@ from .base import LoadSpec
 from .channel import Channel
 from .guidance import Guide
 from .sampling import banning, sampler_for
+from .worker import settle
 
 log = logging.getLogger("mlx_service.runner")
 
@@ -153,14 +154,7 @@ class MlxLmRunner:
             self._settle(self._closed, None)
 
     def _settle(self, future: asyncio.Future, error: BaseException | None) -> None:
-        def settle():
-            if future.done():
-                return
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(None)
-        self._loop.call_soon_threadsafe(settle)
+        self._loop.call_soon_threadsafe(settle, future, None, error)
 
     def _load(self) -> None:
         spec = self._spec

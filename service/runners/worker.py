@@ -32,9 +32,9 @@ class Worker:
                 try:
                     result = fn()
                 except BaseException as exc:  # the caller gets it, the thread goes on
-                    loop.call_soon_threadsafe(_settle, future, None, exc)
+                    loop.call_soon_threadsafe(settle, future, None, exc)
                 else:
-                    loop.call_soon_threadsafe(_settle, future, result, None)
+                    loop.call_soon_threadsafe(settle, future, result, None)
         gc.collect()
         mx.clear_cache()
 
@@ -55,7 +55,8 @@ class Worker:
         await asyncio.to_thread(self._thread.join)
 
 
-def _settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+def settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    """Resolve `future` (on its event loop's thread) unless it already is."""
     if future.done():
         return
     if error is not None:
