@@ -31,6 +31,7 @@ from .errors import (
     ServiceError,
     UnsupportedModel,
 )
+from .events import EventLog
 from .keepalive import parse_keep_alive
 from .locate import generated_dir, local_folder, locate
 from .runners import LoadSpec, Registry, Runner, default_registry
@@ -158,6 +159,7 @@ class ModelManager:
         self.settings = settings
         self.catalog = catalog
         self.runners = runners or default_registry()
+        self.events = EventLog()
         self.models: dict[str, Served] = {}
         self._names: dict[str, str] = {}  # request spellings already resolved to a loaded model's name
         self._closing: dict[str, Served] = {}  # unloading: still holding memory until their runner closed
@@ -217,7 +219,7 @@ class ModelManager:
         served.last_used = time.monotonic()
         served.expires_at = served.last_used + served.keep_alive
         if served.keep_alive == 0 and served.holds == 0 and self.models.get(served.name) is served:
-            await self.unload(served.name)
+            await self.unload(served.name, reason="keep_alive")
         async with self._changed:
             self._changed.notify_all()
 
@@ -261,6 +263,8 @@ class ModelManager:
                                    f"MLX Service runs {', '.join(self.runners.loaders)} models - not supported yet")
         budget = self.settings.max_memory_gb * GiB
         if target.estimate_bytes > budget:
+            self.events.record("refused", target.name, reason="memory budget", estimate_bytes=target.estimate_bytes,
+                               budget_bytes=int(budget))
             raise MemoryBudgetExceeded(
                 f"{target.name} needs about {target.estimate_bytes / GiB:.2f} GiB at {target.context_length} tokens "
                 f"of context, more than MLX_SERVICE_MAX_MEMORY_GB ({self.settings.max_memory_gb:g} GiB): raise the "
@@ -269,11 +273,13 @@ class ModelManager:
         spec = await self._spec(target)
         try:
             runner = await self.runners.opener(target.loader)(spec)
-        except ServiceError:
+        except ServiceError as exc:
+            self.events.record("load_failed", target.name, error=exc.message)
             raise
         except Exception as exc:
             log.warning("loading %s from %s failed: %s", target.name, spec.path, exc)
             reason = str(exc).replace(str(spec.path), "<model folder>")  # the client is told what, not where
+            self.events.record("load_failed", target.name, error=f"{type(exc).__name__}: {reason}")
             raise LoadFailed(f"loading {target.name} failed: {type(exc).__name__}: {reason} (the server log has "
                              "the details)") from None
         took = time.perf_counter() - started
@@ -282,8 +288,8 @@ class ModelManager:
         served.expires_at = time.monotonic() + served.keep_alive
         self.models[target.name] = served
         self.loads += 1
-        log.info("loaded %s in %.2f s (%d MiB, batch of %d)", target.name, took, runner.memory_bytes // 2**20,
-                 runner.capacity)
+        self.events.record("load", target.name, seconds=round(took, 3), memory_bytes=runner.memory_bytes,
+                           estimate_bytes=target.estimate_bytes, batch=runner.capacity, model_kind=target.kind)
         return served
 
     async def _spec(self, target: Target) -> LoadSpec:
@@ -324,7 +330,8 @@ class ModelManager:
             if idle:
                 victim = min(idle, key=lambda s: (s.keep_alive == math.inf, s.last_used))
                 log.info("evicting %s to make room for %s", victim.name, target.name)
-                await self.unload(victim.name)
+                await self.unload(victim.name, reason="lru" if len(self.models) + len(self._closing)
+                                  >= self.settings.max_loaded_models else "memory", instead=target.name)
                 continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -336,8 +343,9 @@ class ModelManager:
                     pass
 
     # ---- unloading ------------------------------------------------------------------------------------------
-    async def unload(self, name: str) -> bool:
-        """Unload a model by any of its names; waits only for that model's running requests."""
+    async def unload(self, name: str, reason: str = "request", **details) -> bool:
+        """Unload a model by any of its names; waits only for that model's running requests. `reason`: one of
+        events.UNLOAD_REASONS, recorded with the unload."""
         served = self.models.pop(name, None)
         if served is None:
             try:
@@ -352,13 +360,13 @@ class ModelManager:
             await served.runner.close()
         finally:
             self._closing.pop(served.name, None)
-        log.info("unloaded %s", served.name)
+        self.events.record("unload", served.name, reason=reason, **details)
         async with self._changed:
             self._changed.notify_all()
         return True
 
     async def unload_all(self) -> None:
-        await asyncio.gather(*(self.unload(name) for name in list(self.models)))
+        await asyncio.gather(*(self.unload(name, reason="shutdown") for name in list(self.models)))
 
     async def reap(self) -> None:
         """Unload idle models whose keep_alive ran out (runs every half second)."""
@@ -367,4 +375,4 @@ class ModelManager:
             now = time.monotonic()
             for served in list(self.models.values()):
                 if served.holds == 0 and served.expires_at <= now:
-                    await self.unload(served.name)
+                    await self.unload(served.name, reason="idle")

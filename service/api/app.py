@@ -18,7 +18,7 @@ from ..config import Settings
 from ..errors import BadRequest, NotFound, ServiceError, Unauthorized
 from ..manager import ModelManager
 from ..runners import Registry
-from . import anthropic, audio, hub, ollama, openai
+from . import anthropic, audio, hub, ollama, openai, ops
 from .errors import error_response, request_id
 
 log = logging.getLogger("mlx_service")
@@ -103,6 +103,10 @@ def create_app(settings: Settings, catalog: Catalog | None = None, preload: str 
 
     @app.exception_handler(ServiceError)
     async def service_error(request: Request, exc: ServiceError):
+        manager = getattr(request.app.state, "manager", None)
+        if manager is not None:
+            manager.events.record("request_error", None, path=request.url.path, status=exc.status,
+                                  error=exc.message[:300])
         return error_response(request, exc)
 
     @app.exception_handler(RequestValidationError)
@@ -128,5 +132,6 @@ def create_app(settings: Settings, catalog: Catalog | None = None, preload: str 
     app.include_router(audio.router)
     app.include_router(anthropic.router)
     app.include_router(ollama.router)
+    app.include_router(ops.router)
     app.include_router(hub.router)
     return app

@@ -45,8 +45,15 @@ async def pull(request: Request):
     cancel = threading.Event()
 
     def work():
-        return store.pull(manager.settings, manager.catalog, name,
-                          lambda e: loop.call_soon_threadsafe(events.put_nowait, e), cancel)
+        manager.events.record("pull_started", name)
+        try:
+            path = store.pull(manager.settings, manager.catalog, name,
+                              lambda e: loop.call_soon_threadsafe(events.put_nowait, e), cancel)
+        except ServiceError as exc:
+            manager.events.record("pull_failed", name, error=exc.message)
+            raise
+        manager.events.record("pull_finished", name)
+        return path
 
     task = asyncio.ensure_future(asyncio.to_thread(work))
     if not body.stream:
@@ -101,6 +108,6 @@ async def delete(request: Request):
     name = (body.model or body.name or "").strip()
     found = await asyncio.to_thread(store.find, manager.settings, manager.catalog, name)
     for served in [s for s in manager.models.values() if s.target.path == found.path]:
-        await manager.unload(served.name)  # its files are about to go: never delete under a loaded model
+        await manager.unload(served.name, reason="deleted")  # its files go next: never delete under a model
     await asyncio.to_thread(store.remove, manager.settings, found.path)
     return Response(status_code=200)

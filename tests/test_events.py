@@ -1,0 +1,50 @@
+"""The event log: what happened to each model and why, filterable, over a fake runner."""
+
+from __future__ import annotations
+
+from .fakes import fake_app
+from .server import TEST_CATALOG
+
+MSG = [{"role": "user", "content": "hi"}]
+
+
+def _events(client, **query) -> list[dict]:
+    r = client.get("/api/events", params=query)
+    assert r.status_code == 200
+    return r.json()["events"]
+
+
+def test_loads_unloads_and_their_reasons(tmp_path):
+    with fake_app(tmp_path, max_loaded_models=1) as (client, _):
+        assert client.post("/api/chat", json={"model": "fake-a", "messages": MSG, "stream": False}).status_code == 200
+        assert client.post("/api/chat", json={"model": "fake-b", "messages": MSG, "stream": False}).status_code == 200
+        client.post("/v1/models/fake-b/unload")
+        client.post("/api/chat", json={"model": "fake-a", "messages": MSG, "stream": False, "keep_alive": 0})
+        log = [(e["kind"], e["model"], e.get("reason")) for e in _events(client, kind="load,unload")]
+        assert log == [("load", "fake-a", None), ("unload", "fake-a", "lru"), ("load", "fake-b", None),
+                       ("unload", "fake-b", "request"), ("load", "fake-a", None), ("unload", "fake-a", "keep_alive")]
+        first = _events(client)[0]
+        assert first["seconds"] >= 0 and first["memory_bytes"] == 1000 and first["time"].endswith("+00:00")
+        assert [e["kind"] for e in _events(client, model="fake-b")] == ["load", "unload"]
+        newest = _events(client)[-1]["id"]
+        assert _events(client, since=newest) == [] and len(_events(client, limit=2)) == 2
+
+
+def test_refusals_failures_and_request_errors(tmp_path, monkeypatch):
+    with fake_app(tmp_path, [TEST_CATALOG], max_memory_gb=1e-6) as (client, _):
+        assert client.post("/api/chat", json={"model": "tiny", "messages": MSG}).status_code == 507
+        (refused,) = _events(client, kind="refused")
+        assert refused["model"] == "tiny:s-f32" and refused["reason"] == "memory budget"
+        assert _events(client, model="tiny") == [refused]  # any of its names
+        client.post("/v1/chat/completions", json={"model": "nope", "messages": MSG})
+        error = _events(client, kind="request_error")[-1]
+        assert error["status"] == 404 and error["path"] == "/v1/chat/completions"
+    with fake_app(tmp_path / "b") as (client, registry):
+        async def broken(spec):
+            raise RuntimeError("weights are corrupt")
+
+        monkeypatch.setitem(registry._openers, "mlx-lm", broken)
+        assert client.post("/api/chat", json={"model": "fake-a", "messages": MSG}).status_code == 500
+        (failed,) = _events(client, kind="load_failed")
+        assert "weights are corrupt" in failed["error"] and str(tmp_path) not in failed["error"]
+        assert client.get("/api/events", params={"limit": 0}).status_code == 400
