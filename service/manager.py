@@ -35,6 +35,7 @@ from .events import EventLog
 from .keepalive import parse_keep_alive
 from .locate import generated_dir, local_folder, locate
 from .runners import LoadSpec, Registry, Runner, default_registry
+from .usage import ModelUsage
 
 log = logging.getLogger("mlx_service.manager")
 GiB = 2**30
@@ -68,6 +69,7 @@ class Served:
     expires_at: float = math.inf
     generating: int = 0  # generations submitted and not finished: in the batch or waiting for a place
     holds: int = 0  # every lease (generations and token counts): a held model is never evicted
+    usage: ModelUsage = field(default_factory=ModelUsage)
 
     @property
     def name(self) -> str:
@@ -160,6 +162,8 @@ class ModelManager:
         self.catalog = catalog
         self.runners = runners or default_registry()
         self.events = EventLog()
+        self.failed: dict[str, str] = {}  # models whose last load failed: the error, until a load succeeds
+        self.pulls: dict[str, dict] = {}  # running pulls (HTTP): their latest progress
         self.models: dict[str, Served] = {}
         self._names: dict[str, str] = {}  # request spellings already resolved to a loaded model's name
         self._closing: dict[str, Served] = {}  # unloading: still holding memory until their runner closed
@@ -275,11 +279,13 @@ class ModelManager:
             runner = await self.runners.opener(target.loader)(spec)
         except ServiceError as exc:
             self.events.record("load_failed", target.name, error=exc.message)
+            self.failed[target.name] = exc.message
             raise
         except Exception as exc:
             log.warning("loading %s from %s failed: %s", target.name, spec.path, exc)
             reason = str(exc).replace(str(spec.path), "<model folder>")  # the client is told what, not where
             self.events.record("load_failed", target.name, error=f"{type(exc).__name__}: {reason}")
+            self.failed[target.name] = f"{type(exc).__name__}: {reason}"
             raise LoadFailed(f"loading {target.name} failed: {type(exc).__name__}: {reason} (the server log has "
                              "the details)") from None
         took = time.perf_counter() - started
@@ -288,6 +294,7 @@ class ModelManager:
         served.expires_at = time.monotonic() + served.keep_alive
         self.models[target.name] = served
         self.loads += 1
+        self.failed.pop(target.name, None)
         self.events.record("load", target.name, seconds=round(took, 3), memory_bytes=runner.memory_bytes,
                            estimate_bytes=target.estimate_bytes, batch=runner.capacity, model_kind=target.kind)
         return served
@@ -341,6 +348,18 @@ class ModelManager:
                     await asyncio.wait_for(self._changed.wait(), timeout=min(remaining, 1.0))
                 except asyncio.TimeoutError:
                     pass
+
+    def served(self, name: str) -> Served | None:
+        """A loaded (or unloading) model by its served name."""
+        return self.models.get(name) or self._closing.get(name)
+
+    def states(self) -> dict[str, str]:
+        """Every model the manager knows of right now: loading, ready, unloading, or error (its last load)."""
+        out = {name: "error" for name in self.failed}
+        out.update({name: "loading" for name in self._loading})
+        out.update({name: "ready" for name in self.models})
+        out.update({name: "unloading" for name in self._closing})
+        return out
 
     # ---- unloading ------------------------------------------------------------------------------------------
     async def unload(self, name: str, reason: str = "request", **details) -> bool:

@@ -48,3 +48,48 @@ def test_refusals_failures_and_request_errors(tmp_path, monkeypatch):
         (failed,) = _events(client, kind="load_failed")
         assert "weights are corrupt" in failed["error"] and str(tmp_path) not in failed["error"]
         assert client.get("/api/events", params={"limit": 0}).status_code == 400
+
+
+def test_stats_report_state_usage_and_memory(tmp_path):
+    with fake_app(tmp_path) as (client, _):
+        assert client.get("/api/stats").json()["models"] == []
+        for _ in range(2):
+            client.post("/v1/chat/completions", json={"model": "fake-a", "messages": MSG, "max_tokens": 3})
+        stats = client.get("/api/stats").json()
+        (row,) = stats["models"]
+        assert row["name"] == "fake-a" and row["state"] == "ready" and row["batch_size"] == 2
+        usage = row["usage"]
+        assert usage["requests"] == 2 and usage["completion_tokens"] == 6 and usage["prompt_tokens"] == 2
+        assert usage["ttft_seconds"]["last"] > 0 and usage["decode_tokens_per_second"]["mean"] > 0
+        assert stats["process"]["rss_bytes"] > 10 * 2**20 and stats["pulls"] == []
+
+
+def test_metrics_count_requests_tokens_and_latency(tmp_path):
+    with fake_app(tmp_path) as (client, _):
+        client.post("/v1/chat/completions", json={"model": "fake-a", "messages": MSG, "max_tokens": 3})
+        client.post("/v1/chat/completions", json={"model": "nope", "messages": MSG})
+        client.post("/v1/messages", json={"model": "fake-a", "messages": MSG, "max_tokens": 2})
+        text = client.get("/metrics").text
+        assert 'mlx_service_requests_total{dialect="openai",endpoint="/v1/chat/completions",status="200"} 1.0' in text
+        assert 'mlx_service_requests_total{dialect="openai",endpoint="/v1/chat/completions",status="404"} 1.0' in text
+        assert 'mlx_service_requests_total{dialect="anthropic",endpoint="/v1/messages",status="200"} 1.0' in text
+        assert 'mlx_service_generated_tokens_total{model="fake-a"} 5.0' in text
+        assert 'mlx_service_time_to_first_token_seconds_count{model="fake-a"} 2.0' in text
+        assert 'mlx_service_loaded_models 1.0' in text and 'mlx_service_memory_bytes{kind="rss"}' in text
+        client.post("/v1/chat/completions", json={"model": "fake-a", "messages": MSG, "max_tokens": 3})
+        assert 'mlx_service_generated_tokens_total{model="fake-a"} 8.0' in client.get("/metrics").text
+
+
+def test_a_real_runner_reports_prefix_cache_hits_and_mlx_memory(server):
+    import httpx
+
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "the same long question " * 10}],
+            "max_tokens": 2}
+    for _ in range(2):
+        assert httpx.post(server.url + "/v1/chat/completions", json=body).status_code == 200
+    stats = httpx.get(server.url + "/api/stats").json()
+    row = next(m for m in stats["models"] if m["name"] == "tiny:s-f32")
+    assert row["prefix_cache"]["ram"]["hits"] >= 1 and row["kind"] == "text"
+    assert stats["process"]["mlx"]["active_bytes"] > 0
+    assert 'mlx_service_prefix_cache_total{model="tiny:s-f32",result="hit",tier="ram"}' in httpx.get(
+        server.url + "/metrics").text

@@ -7,6 +7,7 @@ import contextlib
 import hmac
 import logging
 import sys
+import time
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -18,8 +19,9 @@ from ..config import Settings
 from ..errors import BadRequest, NotFound, ServiceError, Unauthorized
 from ..manager import ModelManager
 from ..runners import Registry
-from . import anthropic, audio, hub, ollama, openai, ops
+from . import anthropic, audio, hub, metrics, ollama, openai, ops
 from .errors import error_response, request_id
+from .metrics import RequestCounts
 
 log = logging.getLogger("mlx_service")
 OPEN_PATHS = {"/"}
@@ -56,14 +58,22 @@ class Guard:
         except ServiceError as exc:
             return await error_response(request, exc)(scope, receive, send)
 
+        started, status = time.perf_counter(), [500]
+
         async def send_with_id(message):
             if message["type"] == "http.response.start":
+                status[0] = message["status"]
                 headers = MutableHeaders(scope=message)
                 headers["x-request-id"] = rid
                 headers["request-id"] = rid
             await send(message)
 
-        await self.app(scope, receive, send_with_id)
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:  # counted once, as it ends (for /metrics); the route's template keeps the labels few
+            route = scope.get("route")
+            endpoint = getattr(route, "path", None) or "unmatched"
+            scope["app"].state.request_counts.add(scope["path"], endpoint, status[0], time.perf_counter() - started)
 
 
 async def _preload(manager: ModelManager, name: str) -> None:
@@ -98,6 +108,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None, preload: str 
 
     app = FastAPI(title="MLX Service", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.settings = settings
+    app.state.request_counts = RequestCounts()
 
     app.add_middleware(Guard, settings=settings)
 
@@ -133,5 +144,6 @@ def create_app(settings: Settings, catalog: Catalog | None = None, preload: str 
     app.include_router(anthropic.router)
     app.include_router(ollama.router)
     app.include_router(ops.router)
+    app.include_router(metrics.router)
     app.include_router(hub.router)
     return app

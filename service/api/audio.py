@@ -89,6 +89,8 @@ async def _run(request: Request, task: str) -> Response:
     require_kind(target, {"speech"}, "transcribe audio: use a speech-to-text model")
     async with await manager.lease(model, keep, target=target) as lease:
         transcript = await unless_disconnected(request, lease.served.runner.transcribe(job))
+        if transcript is not None:
+            lease.served.usage.finished(0, sum(len(s.tokens) for s in transcript.segments), 0, None, 0.0)
     if transcript is None:  # the client left: it stopped after the window it was decoding
         return Response(status_code=499)
     return _render(transcript, fmt, task, granularities)

@@ -54,5 +54,6 @@ async def embed(request: Request, model: str, job: EmbeddingJob, keep_alive: flo
     require_kind(target, {"embedding"}, "embed text: use an embedding model")
     async with await manager.lease(model, keep_alive, target=target) as lease:
         result = await lease.served.runner.embed(job)
+        lease.served.usage.finished(result.prompt_tokens, 0, 0, None, 0.0)
         load = lease.served.load_seconds if lease.waited_for_load else 0.0
         return Embedded(lease.served.name, result, load)

@@ -44,14 +44,20 @@ async def pull(request: Request):
     events: asyncio.Queue = asyncio.Queue()
     cancel = threading.Event()
 
+    def progress(event: dict) -> None:
+        manager.pulls[name] = {"status": event.get("status"), "completed": event.get("completed", 0),
+                               "total": event.get("total", 0)}
+        loop.call_soon_threadsafe(events.put_nowait, event)
+
     def work():
         manager.events.record("pull_started", name)
         try:
-            path = store.pull(manager.settings, manager.catalog, name,
-                              lambda e: loop.call_soon_threadsafe(events.put_nowait, e), cancel)
+            path = store.pull(manager.settings, manager.catalog, name, progress, cancel)
         except ServiceError as exc:
             manager.events.record("pull_failed", name, error=exc.message)
             raise
+        finally:
+            manager.pulls.pop(name, None)
         manager.events.record("pull_finished", name)
         return path
 

@@ -1,4 +1,4 @@
-"""Operator endpoints (MLX Service's own, in no other API's dialect): the event log."""
+"""Operator endpoints (MLX Service's own, in no other API's dialect): stats and the event log."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 
 from ..errors import ServiceError
 from .common import number
+from .process import mlx_memory, rss_bytes
 
 router = APIRouter()
 
@@ -28,3 +29,29 @@ async def events(request: Request, model: str | None = None, kind: str | None = 
     if names is not None:
         found = [e for e in found if e["model"] in names]
     return {"events": found[-limit:]}
+
+
+@router.get("/api/stats")
+async def stats(request: Request):
+    """The process's memory and, per model, its state (loading, ready, unloading, error), load, usage, queue,
+    batch and prefix cache; running pulls."""
+    manager = request.app.state.manager
+    models = []
+    for name, state in sorted(manager.states().items()):
+        row = {"name": name, "state": state}
+        if state == "error":
+            row["error"] = manager.failed[name]
+        served = manager.served(name)
+        if served is not None:
+            runner = served.runner.stats()
+            row.update(kind=served.target.kind, load_seconds=round(served.load_seconds, 4),
+                       loaded_at=int(served.loaded_at), memory_bytes=served.runner.memory_bytes,
+                       estimate_bytes=served.target.estimate_bytes, batch_size=served.runner.capacity,
+                       running=runner.get("running", 0), queue_depth=runner.get("waiting", 0) + served.waiting,
+                       usage=served.usage.as_dict(), runner=runner)
+            if "cache_hits" in runner or "cache_misses" in runner:
+                row["prefix_cache"] = {"ram": {"hits": runner.get("cache_hits", 0),
+                                               "misses": runner.get("cache_misses", 0)}}
+        models.append(row)
+    return {"process": {"rss_bytes": rss_bytes(), "mlx": mlx_memory()}, "models": models,
+            "pulls": [{"model": k, **v} for k, v in sorted(manager.pulls.items())]}

@@ -14,7 +14,7 @@ import anyio
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from ..engine.events import Event, Result
+from ..engine.events import Done, Event, Result
 from ..engine.request import GenerationRequest
 from ..errors import ServiceError
 from ..manager import Lease, ModelManager
@@ -53,12 +53,24 @@ class Generation:
         return cls(lease, events, first)
 
     async def events(self) -> AsyncIterator[Event]:
+        usage = self._lease.served.usage
         try:
-            yield self._first
+            yield self._observe(self._first, usage)
             async for event in self._events:
-                yield event
+                yield self._observe(event, usage)
+        except ServiceError:
+            usage.errors += 1
+            raise
         finally:
             await self.close()
+
+    @staticmethod
+    def _observe(event: Event, usage) -> Event:
+        if isinstance(event, Done):  # once per request: what /api/stats and /metrics report
+            u, t = event.usage, event.timings
+            usage.finished(u.prompt_tokens, u.completion_tokens, u.cached_tokens, t.queued + t.prompt, t.decode,
+                           t.queued)
+        return event
 
     async def result(self) -> Result:
         result = Result()

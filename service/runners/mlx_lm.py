@@ -479,6 +479,8 @@ class MlxLmRunner:
                 cache = None
         if cache is None:
             cache, rest = make_prompt_cache(self.model), tokens
+        if self.prompt_cache is not None:
+            self._counts["cache_hits" if len(rest) < len(tokens) else "cache_misses"] += 1
         return cache, rest
 
     def _remember(self, seen: list[int], cache) -> None:
