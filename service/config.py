@@ -41,11 +41,14 @@ class Settings(BaseSettings):
     enable_prefix_cache: bool = True
     cache_max_entries: int = Field(8, ge=0)
     cache_max_memory_gb: float = Field(2.0, ge=0)
+    cache_max_disk_gb: float = Field(8.0, ge=0)  # the prefix cache's SSD tier (0 = off), under CACHE_DIR/prefix
+    cache_dir: Path = Field(default_factory=lambda: Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache")
+                            / "mlx-service")
     max_request_bytes: int = Field(8 * 2**20, ge=1024)
     max_audio_bytes: int = Field(25 * 2**20, ge=1024)  # an uploaded audio file (OpenAI's own limit is 25 MB)
     max_image_bytes: int = Field(20 * 2**20, ge=1024)  # one image, inline or fetched from a URL
 
-    @field_validator("models_dir")
+    @field_validator("models_dir", "cache_dir")
     @classmethod
     def _expand(cls, value: Path) -> Path:
         return value.expanduser()

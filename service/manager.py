@@ -320,7 +320,9 @@ class ModelManager:
             prefill_step_size=s.prefill_step_size,
             cache_entries=s.cache_max_entries if s.enable_prefix_cache else 0,
             cache_bytes=int(s.cache_max_memory_gb * GiB), context_length=target.context_length,
-            embedding=entry.family.embedding if entry else None)
+            embedding=entry.family.embedding if entry else None,
+            disk_cache_dir=s.cache_dir / "prefix" if s.enable_prefix_cache and s.cache_max_disk_gb > 0 else None,
+            disk_cache_bytes=int(s.cache_max_disk_gb * GiB))
 
     def _used_bytes(self) -> int:
         return sum(s.target.estimate_bytes for s in [*self.models.values(), *self._closing.values()])

@@ -89,10 +89,10 @@ class ServiceCollector:
             gauges["queue"].add_metric([name], stats.get("waiting", 0) + served.waiting)
             gauges["batch"].add_metric([name], served.runner.capacity)
             gauges["running"].add_metric([name], stats.get("running", 0))
-            for result in ("hits", "misses"):
-                if f"cache_{result}" in stats:
-                    cache.add_metric([name, "ram", result.removesuffix("es").removesuffix("s")],
-                                     stats[f"cache_{result}"])
+            for tier, prefix in (("ram", "cache"), ("disk", "disk")):
+                for result, label in (("hits", "hit"), ("misses", "miss")):
+                    if f"{prefix}_{result}" in stats:
+                        cache.add_metric([name, tier, label], stats[f"{prefix}_{result}"])
         yield from per_model.values()
         yield from hists.values()
         yield from gauges.values()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Request
 
 from ..errors import ServiceError
@@ -52,6 +54,28 @@ async def stats(request: Request):
             if "cache_hits" in runner or "cache_misses" in runner:
                 row["prefix_cache"] = {"ram": {"hits": runner.get("cache_hits", 0),
                                                "misses": runner.get("cache_misses", 0)}}
+            if "disk_hits" in runner:
+                row.setdefault("prefix_cache", {})["disk"] = {
+                                               "hits": runner["disk_hits"], "misses": runner["disk_misses"],
+                                               "writes": runner["disk_writes"], "dropped": runner["disk_dropped"],
+                                               "bytes": runner["disk_bytes"]}
         models.append(row)
     return {"process": {"rss_bytes": rss_bytes(), "mlx": mlx_memory()}, "models": models,
             "pulls": [{"model": k, **v} for k, v in sorted(manager.pulls.items())]}
+
+
+@router.post("/api/cache/clear")
+async def clear_cache(request: Request):
+    """Empty the prefix cache: every loaded model's RAM and SSD tiers, and the SSD tier of models not loaded."""
+    from ..runners.disk_cache import clear_folder
+
+    manager = request.app.state.manager
+    keep = set()
+    for served in list(manager.models.values()):
+        clear = getattr(served.runner, "clear_cache", None)
+        if clear is not None and (key := clear()) is not None:
+            keep.add(key)
+    folder = manager.settings.cache_dir / "prefix"
+    removed = await asyncio.to_thread(clear_folder, folder, keep) if folder.is_dir() else 0
+    manager.events.record("cache_cleared", None, files_removed=removed)
+    return {"cleared": True}

@@ -36,6 +36,8 @@ class LoadSpec:
     cache_bytes: int = 0
     context_length: int = 0  # tokens a sequence may hold, prompt and answer (0: unchecked)
     embedding: Embedding | None = None  # an embedding model's pooling (None: the checkpoint's own)
+    disk_cache_dir: Path | None = None  # the prefix cache's SSD tier (None: off)
+    disk_cache_bytes: int = 0
 
 
 class Runner(Protocol):

@@ -34,6 +34,7 @@ from ..engine.stops import StopMatcher
 from ..errors import BadRequest, GenerationTimeout, LoadFailed, ServiceError
 from .base import LoadSpec
 from .channel import Channel
+from .disk_cache import DiskPromptCache
 from .guidance import Guide
 from .sampling import banning, sampler_for
 from .worker import settle
@@ -87,6 +88,7 @@ class MlxLmRunner:
         self._tokenizing = threading.Lock()
         self._inbox: deque[_Live] = deque()
         self._closing = False
+        self._clear = False  # clear_cache() was asked: the RAM tier is emptied on the runner's thread
         self._counts: Counter = Counter()
         self._running = self._waiting = 0
         self._ttft = 0.0  # recent time to first token (moving average): how long a missed burst waits
@@ -116,7 +118,19 @@ class MlxLmRunner:
         return len(await asyncio.to_thread(self._prompt_tokens, job))
 
     def stats(self) -> dict[str, int]:
-        return {"running": self._running, "waiting": self._waiting, **self._counts}
+        disk = {**self.disk_cache.counts, "disk_bytes": self.disk_cache.bytes} if self.disk_cache else {}
+        return {"running": self._running, "waiting": self._waiting, **self._counts, **disk}
+
+    def clear_cache(self) -> str | None:
+        """Forget every cached prefix, in RAM (on the runner's thread, at its next step) and on disk; returns
+        the disk tier's key, whose files are this runner's."""
+        with self._lock:
+            self._clear = True
+            self._lock.notify()
+        if self.disk_cache is not None:
+            self.disk_cache.clear()
+            return self.disk_cache.key
+        return None
 
     async def close(self) -> None:
         with self._lock:
@@ -149,6 +163,8 @@ class MlxLmRunner:
             for live in stranded:
                 live.channel.fail(LoadFailed(f"{self.name} was unloaded before this request ran"))
             mx.synchronize(stream)  # steps run one ahead: let the last one finish before its thread ends
+            if self.disk_cache is not None:
+                self.disk_cache.close()  # queued writes finish first
             self.model = self.tokenizer = self.prompt_cache = None
             _free()
             self._settle(self._closed, None)
@@ -169,6 +185,8 @@ class MlxLmRunner:
             self.tokenizer.chat_template = spec.chat_template
         self.prompt_cache = (LRUPromptCache(max_size=spec.cache_entries, max_bytes=spec.cache_bytes)
                              if spec.cache_entries > 0 else None)
+        self.disk_cache = (DiskPromptCache(spec.disk_cache_dir, _model_key(spec), spec.disk_cache_bytes)
+                           if spec.disk_cache_dir is not None and self.prompt_cache is not None else None)
         self._eos = list(self.tokenizer.eos_token_ids)
         self._guide = Guide(self.tokenizer, self._eos)
         self._greedy, self._greedy_banning = greedy_sampler, banning(self._eos, greedy_sampler)
@@ -185,15 +203,19 @@ class MlxLmRunner:
         try:
             with mx.stream(stream):
                 while True:
-                    if self._inbox or self._closing or not (running or solo):  # a deque is safe to peek at
+                    if self._inbox or self._closing or self._clear or not (running or solo):  # safe to peek at
                         with self._lock:
                             idle = not (running or waiting or solo)
-                            while not (self._inbox or running or waiting or solo or self._closing):
+                            while not (self._inbox or running or waiting or solo or self._closing or self._clear):
                                 self._lock.wait()
                             if idle:
                                 self._gather()
                             waiting.extend(self._inbox)
                             self._inbox.clear()
+                            if self._clear and self.prompt_cache is not None:
+                                self.prompt_cache = LRUPromptCache(max_size=self._spec.cache_entries,
+                                                                   max_bytes=self._spec.cache_bytes)
+                            self._clear = False
                             if self._closing and not (running or waiting or solo):
                                 return
                     solo = self._expire(waiting, batch, running, solo)
@@ -471,6 +493,10 @@ class MlxLmRunner:
             cache, rest = self.prompt_cache.fetch_nearest_cache(self.name, tokens)
             if cache is not None and 2 * (len(tokens) - len(rest)) < len(tokens):
                 cache, rest = None, tokens
+            if cache is None and self.disk_cache is not None:  # the SSD tier: after an unload or a restart
+                found = self.disk_cache.fetch(tokens, least=(len(tokens) + 1) // 2)
+                if found is not None:
+                    cache, rest = found[0], tokens[found[1]:]
         if cache is not None and not rest:  # exact hit: recompute the last token to get its logits
             if can_trim_prompt_cache(cache):
                 trim_prompt_cache(cache, 1)
@@ -491,6 +517,8 @@ class MlxLmRunner:
         if not isinstance(offset, int) or offset <= 0 or offset > len(seen):
             return
         self.prompt_cache.insert_cache(self.name, seen[:offset], cache)
+        if self.disk_cache is not None:  # written by its own thread; nothing changes this cache any more
+            self.disk_cache.store(seen[:offset], cache)
 
     def _sampler(self, job: Job):
         sampler = sampler_for(job.sampling)
@@ -512,3 +540,10 @@ def _free() -> None:
     """Return memory to the system once the last reference to a model is gone."""
     gc.collect()
     mx.clear_cache()
+
+
+def _model_key(spec: LoadSpec) -> str:
+    """What a cached prefix belongs to: the model and the exact weights (another revision never matches)."""
+    weights = sorted(spec.path.glob("*.safetensors"))
+    return "|".join([spec.name, str(spec.path)] + [f"{w.name}:{w.stat().st_size}:{int(w.stat().st_mtime)}"
+                                                   for w in weights])

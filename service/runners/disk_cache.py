@@ -1,0 +1,202 @@
+"""The prefix cache's SSD tier: KV caches of finished prompts, written to disk in mlx-lm's prompt-cache format,
+found again after an unload or a restart.
+
+Writes happen on a thread of their own, never on the decode path: the runner hands over a finished job's cache
+(which nothing mutates any more) and goes on. Each file is named by a digest of the model key (the checkpoint's
+name, folder and weights' size and time, so another revision never matches) and its tokens, and is checked with
+its SHA-256 when read: a corrupt or truncated file is dropped with a warning and the prompt is recomputed. The
+tier is capped in bytes, least recently used first out; `clear` empties it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("mlx_service.disk_cache")
+MIN_TOKENS = 256  # shorter prompts recompute faster than a file is read
+
+
+@dataclass
+class _Entry:
+    tokens: tuple[int, ...]
+    file: str
+    size: int
+    sha256: str
+    used: float
+
+
+class DiskPromptCache:
+    def __init__(self, folder: Path, model_key: str, max_bytes: int):
+        self.folder, self.max_bytes = folder, max_bytes
+        self.key = hashlib.sha256(model_key.encode()).hexdigest()[:16]
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._index_file = self.folder / f"{self.key}.index.json"
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[int, ...], _Entry] = self._read_index()
+        self._writes: queue.Queue = queue.Queue()
+        self.counts = {"disk_hits": 0, "disk_misses": 0, "disk_writes": 0, "disk_dropped": 0}
+        self._thread = threading.Thread(target=self._writer, name=f"disk cache {self.key}", daemon=True)
+        self._thread.start()
+
+    # ---- reading (the runner's thread) ------------------------------------------------------------------
+    def fetch(self, tokens: list[int], least: int = 1) -> tuple[Any, int] | None:
+        """(cache, tokens it holds) sharing the longest prefix with `tokens` (at least `least`), or None. A stored
+        cache that runs past the shared prefix (a finished turn's answer, say) is trimmed back to it."""
+        with self._lock:
+            shared = [(_common(e.tokens, tokens), e) for e in self._entries.values()]
+        common, best = max(shared, key=lambda pair: pair[0], default=(0, None))
+        if best is None or common < least:
+            self.counts["disk_misses"] += 1
+            return None
+        from mlx_lm.models.cache import can_trim_prompt_cache, load_prompt_cache, trim_prompt_cache
+
+        path = self.folder / best.file
+        try:
+            if _sha256(path) != best.sha256:
+                raise ValueError("its checksum does not match")
+            cache = load_prompt_cache(str(path))
+            if common < len(best.tokens):
+                if not can_trim_prompt_cache(cache):
+                    self.counts["disk_misses"] += 1
+                    return None
+                trim_prompt_cache(cache, len(best.tokens) - common)
+        except Exception as exc:  # corrupt, truncated, missing: recompute, never crash or use it
+            log.warning("dropping prefix-cache file %s: %s", best.file, exc)
+            self._drop(best)
+            self.counts["disk_dropped"] += 1
+            self.counts["disk_misses"] += 1
+            return None
+        best.used = time.time()
+        self.counts["disk_hits"] += 1
+        return cache, common
+
+    # ---- writing (its own thread) -------------------------------------------------------------------------
+    def store(self, tokens: list[int], cache: list) -> None:
+        """Queue a finished prompt's cache for writing; returns at once."""
+        if len(tokens) < MIN_TOKENS or self.max_bytes <= 0:
+            return
+        with self._lock:
+            if tuple(tokens) in self._entries:
+                return
+        self._writes.put((tuple(tokens), cache))
+
+    def _writer(self) -> None:
+        from mlx_lm.models.cache import save_prompt_cache
+
+        while (item := self._writes.get()) is not None:
+            tokens, cache = item
+            if tokens is None:  # flush(): everything queued before it is written
+                cache.set()
+                continue
+            digest = hashlib.sha256(self.key.encode() + json.dumps(tokens).encode()).hexdigest()[:32]
+            name = f"{self.key}-{digest}.safetensors"
+            path, partial = self.folder / name, self.folder / f"{self.key}-{digest}.partial.safetensors"
+            try:
+                save_prompt_cache(str(partial), cache, metadata={"model": self.key})
+                os.replace(partial, path)  # a crash mid-write never leaves a file that looks complete
+                entry = _Entry(tokens, name, path.stat().st_size, _sha256(path), time.time())
+            except Exception as exc:
+                log.warning("could not write a prefix-cache file: %s", exc)
+                partial.unlink(missing_ok=True)
+                continue
+            with self._lock:
+                self._entries[tokens] = entry
+            self.counts["disk_writes"] += 1
+            self._evict()
+            self._write_index()
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait until the queued writes are on disk (tests, shutdown)."""
+        deadline = time.monotonic() + timeout
+        while not self._writes.empty() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        done = threading.Event()
+        self._writes.put((None, done))
+        done.wait(max(deadline - time.monotonic(), 0))
+
+    def close(self) -> None:
+        self._writes.put(None)
+        self._thread.join(timeout=60)
+
+    # ---- bookkeeping --------------------------------------------------------------------------------------
+    @property
+    def bytes(self) -> int:
+        with self._lock:
+            return sum(e.size for e in self._entries.values())
+
+    def clear(self) -> int:
+        with self._lock:
+            entries = list(self._entries.values())
+        for entry in entries:
+            self._drop(entry)
+        self._write_index()
+        return len(entries)
+
+    def _evict(self) -> None:
+        with self._lock:
+            ordered = sorted(self._entries.values(), key=lambda e: e.used)
+            total = sum(e.size for e in ordered)
+        for entry in ordered:
+            if total <= self.max_bytes:
+                break
+            self._drop(entry)
+            total -= entry.size
+
+    def _drop(self, entry: _Entry) -> None:
+        with self._lock:
+            self._entries.pop(entry.tokens, None)
+        (self.folder / entry.file).unlink(missing_ok=True)
+
+    def _read_index(self) -> dict[tuple[int, ...], _Entry]:
+        try:
+            rows = json.loads(self._index_file.read_text())
+            entries = {tuple(r["tokens"]): _Entry(tuple(r["tokens"]), r["file"], r["size"], r["sha256"], r["used"])
+                       for r in rows}
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}
+        return {t: e for t, e in entries.items() if (self.folder / e.file).is_file()}
+
+    def _write_index(self) -> None:
+        with self._lock:
+            rows = [{"tokens": list(e.tokens), "file": e.file, "size": e.size, "sha256": e.sha256, "used": e.used}
+                    for e in self._entries.values()]
+        partial = self._index_file.with_suffix(".partial")
+        partial.write_text(json.dumps(rows))
+        os.replace(partial, self._index_file)
+
+
+def _common(a: tuple[int, ...], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def clear_folder(folder: Path, keep: set[str]) -> int:
+    """Delete every cached prefix under `folder` except those of the model keys in `keep` (loaded runners clear
+    their own); returns the files removed."""
+    removed = 0
+    for path in folder.glob("*"):
+        if path.is_file() and path.name.split("-")[0].split(".")[0] not in keep:
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed

@@ -1,0 +1,59 @@
+"""The prefix cache's SSD tier: kept across restarts, checked on read, cleared on request."""
+
+from __future__ import annotations
+
+import httpx
+
+from .server import Server
+
+LONG = [{"role": "user", "content": "the river of light runs over the old stone bridge " * 40}]  # > 256 tokens
+
+
+def _ask(srv: Server) -> dict:
+    r = httpx.post(srv.url + "/v1/chat/completions", json={"model": "tiny", "messages": LONG, "max_tokens": 4},
+                   timeout=60)
+    assert r.status_code == 200
+    return r.json()
+
+
+def _flush(srv: Server) -> None:
+    srv.manager.models["tiny:s-f32"].runner.disk_cache.flush()
+
+
+def test_a_restart_keeps_long_prefixes_and_a_corrupt_file_is_recomputed(models_dir, tmp_path, caplog):
+    cache = tmp_path / "cache"
+    with Server(models_dir, cache_dir=str(cache)) as first:
+        cold = _ask(first)
+        assert cold["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        _flush(first)
+    files = list((cache / "prefix").glob("*.safetensors"))
+    assert len(files) == 1
+    with Server(models_dir, cache_dir=str(cache)) as second:
+        warm = _ask(second)
+        assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] >= cold["usage"]["prompt_tokens"] - 1
+        assert warm["choices"][0]["message"]["content"] == cold["choices"][0]["message"]["content"]  # same answer
+        stats = httpx.get(second.url + "/api/stats").json()
+        disk = next(m for m in stats["models"] if m["name"] == "tiny:s-f32")["prefix_cache"]["disk"]
+        assert disk["hits"] == 1 and disk["bytes"] > 0
+    data = files[0].read_bytes()
+    files[0].write_bytes(data[: len(data) // 2] + bytes(len(data) - len(data) // 2))  # damaged
+    with Server(models_dir, cache_dir=str(cache)) as third:
+        again = _ask(third)
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0  # recomputed, not trusted
+        assert again["choices"][0]["message"]["content"] == cold["choices"][0]["message"]["content"]
+        assert "dropping prefix-cache file" in caplog.text and "checksum" in caplog.text
+        _flush(third)
+        runner = third.manager.models["tiny:s-f32"].runner.stats()
+        assert runner["disk_dropped"] == 1 and runner["disk_writes"] == 1
+        assert files[0].read_bytes() == data  # written anew, whole
+        assert httpx.post(third.url + "/api/cache/clear").json() == {"cleared": True}
+        assert not list((cache / "prefix").glob("*.safetensors"))
+        assert _ask(third)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0  # RAM tier cleared too
+
+
+def test_short_prompts_stay_in_ram_only(models_dir, tmp_path):
+    with Server(models_dir, cache_dir=str(tmp_path / "c")) as srv:
+        httpx.post(srv.url + "/v1/chat/completions", json={"model": "tiny", "messages": [
+            {"role": "user", "content": "hi"}], "max_tokens": 2})
+        _flush(srv)
+        assert not list((tmp_path / "c" / "prefix").glob("*.safetensors"))
