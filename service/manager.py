@@ -81,6 +81,14 @@ class Served:
 
 
 MAX_NAME = 256  # the longest model name looked up: longer ones are no catalog name, repo id or folder
+# Engine settings that may change while the service runs (POST /api/engine/config); the second set needs each
+# loaded model's runner rebuilt, which happens in the background while the old runner keeps serving.
+RUNTIME_SETTINGS = frozenset({"max_tokens", "max_loaded_models", "max_queue", "generation_timeout", "keep_alive",
+                              "model_idle_timeout_sec", "enable_prefix_cache", "cache_max_entries",
+                              "cache_max_memory_gb", "cache_max_disk_gb", "batch_size", "prefill_batch_size",
+                              "prefill_step_size"})
+REBUILD_SETTINGS = frozenset({"enable_prefix_cache", "cache_max_entries", "cache_max_memory_gb", "cache_max_disk_gb",
+                              "batch_size", "prefill_batch_size", "prefill_step_size"})
 GENERATES = frozenset({"text", "vision", "audio"})  # kinds whose runners generate text (chat, completion)
 
 
@@ -164,13 +172,12 @@ class ModelManager:
         self.events = EventLog()
         self.failed: dict[str, str] = {}  # models whose last load failed: the error, until a load succeeds
         self.pulls: dict[str, dict] = {}  # running pulls (HTTP): their latest progress
+        self._rebuilding: dict[str, asyncio.Task] = {}  # models whose runner is being rebuilt for new settings
         self.models: dict[str, Served] = {}
         self._names: dict[str, str] = {}  # request spellings already resolved to a loaded model's name
         self._closing: dict[str, Served] = {}  # unloading: still holding memory until their runner closed
         self._loading: dict[str, asyncio.Future] = {}
         self._changed = asyncio.Condition()
-        self.default_keep_alive = (parse_keep_alive(settings.keep_alive) if settings.keep_alive
-                                   else float(settings.model_idle_timeout_sec))
         self.loads = 0  # completed loads, for tests and reporting
 
     # ---- names ----------------------------------------------------------------------------------------------
@@ -360,8 +367,65 @@ class ModelManager:
         out = {name: "error" for name in self.failed}
         out.update({name: "loading" for name in self._loading})
         out.update({name: "ready" for name in self.models})
+        out.update({name: "reloading" for name in self._rebuilding})
         out.update({name: "unloading" for name in self._closing})
         return out
+
+    # ---- settings at runtime -------------------------------------------------------------------------------
+    @property
+    def default_keep_alive(self) -> float:
+        """KEEP_ALIVE when set, else MODEL_IDLE_TIMEOUT_SEC (read each time: both can change at runtime)."""
+        s = self.settings
+        return parse_keep_alive(s.keep_alive) if s.keep_alive else float(s.model_idle_timeout_sec)
+
+    @property
+    def rebuilding(self) -> list[str]:
+        return sorted(self._rebuilding)
+
+    def engine_config(self) -> dict:
+        return {name: getattr(self.settings, name) for name in sorted(RUNTIME_SETTINGS)}
+
+    def configure(self, changes: dict) -> list[str]:
+        """Apply `changes` (validated as a whole first: nothing changes unless all are valid) to the next
+        request; returns the models whose runners are being rebuilt for them."""
+        from pydantic import ValidationError
+
+        unknown = sorted(set(changes) - RUNTIME_SETTINGS)
+        if unknown:
+            raise BadRequest(f"not an engine setting that can change at runtime: {', '.join(unknown)} (these can: "
+                             f"{', '.join(sorted(RUNTIME_SETTINGS))})", param=unknown[0])
+        try:
+            checked = type(self.settings)(**{**self.settings.model_dump(), **changes})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            name = str(first["loc"][0]) if first["loc"] else "settings"
+            raise BadRequest(f"{name}: {first['msg']}", param=name) from None
+        rebuild = any(getattr(self.settings, k) != getattr(checked, k) for k in changes if k in REBUILD_SETTINGS)
+        for name in changes:
+            setattr(self.settings, name, getattr(checked, name))
+        self._names.clear()  # resolved targets carry the batch that fit: resolve again
+        self.events.record("configured", None, changes={k: getattr(self.settings, k) for k in changes})
+        if not rebuild:
+            return []
+        names = [n for n in self.models if n not in self._rebuilding]
+        for name in names:
+            self._rebuilding[name] = asyncio.ensure_future(self._rebuild(self.models[name]))
+        return names
+
+    async def _rebuild(self, served: Served) -> None:
+        """A new runner with the current settings; requests move to it once it is loaded, and the old one closes
+        after the jobs it is running. Both are in memory meanwhile."""
+        try:
+            target = resolve_target(self.settings, self.catalog, served.name)
+            target = replace(target, path=target.path or served.target.path)
+            runner = await self.runners.opener(target.loader)(await self._spec(target))
+            old, served.runner, served.target = served.runner, runner, replace(target, path=served.target.path)
+            self.events.record("rebuilt", served.name, batch=runner.capacity)
+            await old.close()
+        except Exception as exc:  # the old runner keeps serving
+            self.events.record("rebuild_failed", served.name, error=f"{type(exc).__name__}: {exc}"[:300])
+        finally:
+            self._rebuilding.pop(served.name, None)
 
     # ---- unloading ------------------------------------------------------------------------------------------
     async def unload(self, name: str, reason: str = "request", **details) -> bool:

@@ -93,3 +93,37 @@ def test_a_real_runner_reports_prefix_cache_hits_and_mlx_memory(server):
     assert stats["process"]["mlx"]["active_bytes"] > 0
     assert 'mlx_service_prefix_cache_total{model="tiny:s-f32",result="hit",tier="ram"}' in httpx.get(
         server.url + "/metrics").text
+
+
+def test_engine_settings_apply_to_the_next_request_and_refuse_bad_values(tmp_path):
+    with fake_app(tmp_path) as (client, registry):
+        settings = client.get("/api/engine/config").json()["settings"]
+        assert settings["max_tokens"] == 4096 and "batch_size" in settings and "port" not in settings
+        r = client.post("/api/engine/config", json={"max_tokens": 2})
+        assert r.status_code == 200 and r.json()["settings"]["max_tokens"] == 2 and r.json()["rebuilding"] == []
+        client.post("/v1/chat/completions", json={"model": "fake-a", "messages": MSG})
+        assert registry.opened["fake-a"].jobs[-1].max_tokens == 2  # the next request
+        for body, needle in (({"max_tokens": 0}, "max_tokens"), ({"port": 9}, "port"), ({"batch_size": "x"},
+                             "batch_size"), ({"max_queue": -1, "max_tokens": 5}, "max_queue")):
+            r = client.post("/api/engine/config", json=body)
+            assert r.status_code == 400 and needle in r.json()["error"]
+        assert client.get("/api/engine/config").json()["settings"]["max_tokens"] == 2  # nothing half-applied
+        events = client.get("/api/events", params={"kind": "configured"}).json()["events"]
+        assert events[-1]["changes"] == {"max_tokens": 2}
+
+
+def test_a_batch_setting_rebuilds_loaded_models_in_the_background(tmp_path):
+    import time
+
+    with fake_app(tmp_path) as (client, registry):
+        client.post("/v1/chat/completions", json={"model": "fake-a", "messages": MSG})
+        old = registry.opened["fake-a"]
+        r = client.post("/api/engine/config", json={"prefill_step_size": 512})
+        assert r.json()["rebuilding"] == ["fake-a"]
+        deadline = time.time() + 10
+        while client.get("/api/engine/config").json()["rebuilding"] and time.time() < deadline:
+            time.sleep(0.02)
+        new = registry.opened["fake-a"]
+        assert new is not old and new.spec.prefill_step_size == 512 and old.closed
+        assert client.post("/v1/chat/completions", json={"model": "fake-a", "messages": MSG}).status_code == 200
+        assert new.jobs and [e["kind"] for e in client.get("/api/events").json()["events"]][-1] == "rebuilt"

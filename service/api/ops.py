@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict
 
 from ..errors import ServiceError
-from .common import number
+from .common import number, parse_body
 from .process import mlx_memory, rss_bytes
 
 router = APIRouter()
@@ -79,3 +80,23 @@ async def clear_cache(request: Request):
     removed = await asyncio.to_thread(clear_folder, folder, keep) if folder.is_dir() else 0
     manager.events.record("cache_cleared", None, files_removed=removed)
     return {"cleared": True}
+
+
+class _Changes(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+@router.get("/api/engine/config")
+async def engine_config(request: Request):
+    manager = request.app.state.manager
+    return {"settings": manager.engine_config(), "rebuilding": manager.rebuilding}
+
+
+@router.post("/api/engine/config")
+async def set_engine_config(request: Request):
+    """Change runtime settings: validated as a whole (a bad value or an unknown name is a 400 naming it),
+    applied to the next request; batch and prefix-cache settings rebuild loaded models in the background."""
+    body = await parse_body(request, _Changes)
+    manager = request.app.state.manager
+    rebuilding = manager.configure(dict(body.model_extra or {}))
+    return {"settings": manager.engine_config(), "rebuilding": rebuilding}
