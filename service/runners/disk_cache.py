@@ -43,7 +43,8 @@ class DiskPromptCache:
         self._lock = threading.Lock()
         self._entries: dict[tuple[int, ...], _Entry] = self._read_index()
         self._writes: queue.Queue = queue.Queue()
-        self.counts = {"disk_hits": 0, "disk_misses": 0, "disk_writes": 0, "disk_dropped": 0}
+        self.counts = {"disk_hits": 0, "disk_misses": 0, "disk_writes": 0, "disk_dropped": 0, "disk_read_bytes": 0,
+                       "disk_read_ms": 0}
         self._thread = threading.Thread(target=self._writer, name=f"disk cache {self.key}", daemon=True)
         self._thread.start()
 
@@ -60,6 +61,7 @@ class DiskPromptCache:
         from mlx_lm.models.cache import can_trim_prompt_cache, load_prompt_cache, trim_prompt_cache
 
         path = self.folder / best.file
+        started = time.perf_counter()
         try:
             if _sha256(path) != best.sha256:
                 raise ValueError("its checksum does not match")
@@ -75,8 +77,13 @@ class DiskPromptCache:
             self.counts["disk_dropped"] += 1
             self.counts["disk_misses"] += 1
             return None
+        import mlx.core as mx
+
+        mx.eval([c.state for c in cache])
         best.used = time.time()
         self.counts["disk_hits"] += 1
+        self.counts["disk_read_bytes"] += best.size
+        self.counts["disk_read_ms"] += int((time.perf_counter() - started) * 1000)
         return cache, common
 
     # ---- writing (its own thread) -------------------------------------------------------------------------
