@@ -36,7 +36,7 @@ WORDS = "the river of light runs over the old stone bridge while a small cat rea
 
 
 def turn(with_history: bool) -> list[dict]:
-    history = [{"role": "user", "content": " ".join(WORDS[i % len(WORDS)] for i in range(9_000))}]
+    history = [{"role": "user", "content": " ".join(WORDS[i % len(WORDS)] for i in range(4_700))}]  # ~10K tokens
     if with_history:
         history += [{"role": "assistant", "content": "yes"}, {"role": "user", "content": "And what next?"}]
     return history

@@ -127,3 +127,19 @@ def test_a_batch_setting_rebuilds_loaded_models_in_the_background(tmp_path):
         assert new is not old and new.spec.prefill_step_size == 512 and old.closed
         assert client.post("/v1/chat/completions", json={"model": "fake-a", "messages": MSG}).status_code == 200
         assert new.jobs and [e["kind"] for e in client.get("/api/events").json()["events"]][-1] == "rebuilt"
+
+
+def test_the_openapi_document_describes_every_route_and_its_body(tmp_path):
+    with fake_app(tmp_path) as (client, _):
+        spec = client.get("/openapi.json").json()
+        assert client.get("/docs").status_code == 200
+    paths = spec["paths"]
+    for route in ("/v1/chat/completions", "/v1/messages", "/api/chat", "/v1/embeddings", "/api/embed",
+                  "/v1/audio/transcriptions", "/api/engine/config", "/api/stats", "/metrics", "/api/events"):
+        assert route in paths, route
+    for route, operations in paths.items():
+        for verb, operation in operations.items():
+            if verb in ("post", "delete") and not route.endswith(("/load", "/unload")) and route != "/api/cache/clear":
+                assert "requestBody" in operation, (verb, route)
+    chat = paths["/v1/chat/completions"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert "messages" in chat["properties"] and "tools" in chat["properties"]

@@ -16,7 +16,18 @@ from ..engine.events import Done, Event, Result, TextDelta, ThinkingDelta, ToolC
 from ..engine.request import GenerationRequest, Message, Thinking, ToolChoice
 from ..errors import BadRequest, ServiceError
 from . import finish
-from .common import content_of, keep_alive, max_tokens, number, parse_body, sampling, stop_list, text_of, tool
+from .common import (
+    content_of,
+    json_body,
+    keep_alive,
+    max_tokens,
+    number,
+    parse_body,
+    sampling,
+    stop_list,
+    text_of,
+    tool,
+)
 from .errors import ANTHROPIC, error_body
 from .images import load_images
 from .stream import Preamble, respond
@@ -274,13 +285,13 @@ class AnthropicView:
         return _sse("error", error_body(ANTHROPIC, error, self.id))
 
 
-@router.post("/v1/messages")
+@router.post("/v1/messages", openapi_extra=json_body(MessagesRequest))
 async def messages(request: Request):
     body = await parse_body(request, MessagesRequest)
     return await respond(request, messages_request(body), lambda gen: AnthropicView(gen.model))
 
 
-@router.post("/v1/messages/count_tokens")
+@router.post("/v1/messages/count_tokens", openapi_extra=json_body(CountRequest))
 async def count_tokens(request: Request):
     body = await parse_body(request, CountRequest)
     manager = request.app.state.manager

@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from .. import __version__
 from ..catalog import Catalog, load_catalog
 from ..config import Settings
 from ..errors import BadRequest, NotFound, ServiceError, Unauthorized
@@ -106,7 +107,9 @@ def create_app(settings: Settings, catalog: Catalog | None = None, preload: str 
             reaper.cancel()
             await manager.unload_all()
 
-    app = FastAPI(title="MLX Service", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="MLX Service", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None,
+                  openapi_url="/openapi.json",
+                  description="OpenAI, Anthropic and Ollama APIs over MLX models, from a declarative catalog.")
     app.state.settings = settings
     app.state.request_counts = RequestCounts()
 

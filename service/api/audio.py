@@ -129,12 +129,22 @@ def _subtitles(t: Transcript, fmt: str) -> str:
     return "WEBVTT\n\n" + "\n".join(cues)
 
 
-@router.post("/v1/audio/transcriptions")
+MULTIPART = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["file", "model"],
+    "properties": {"file": {"type": "string", "format": "binary"}, "model": {"type": "string"},
+                   "language": {"type": "string"}, "prompt": {"type": "string"},
+                   "temperature": {"type": "number", "minimum": 0, "maximum": 1},
+                   "response_format": {"type": "string", "enum": list(FORMATS)},
+                   "timestamp_granularities[]": {"type": "array", "items": {"type": "string",
+                                                                           "enum": ["word", "segment"]}}}}}}}}
+
+
+@router.post("/v1/audio/transcriptions", openapi_extra=MULTIPART)
 async def transcriptions(request: Request):
     return await _run(request, "transcribe")
 
 
-@router.post("/v1/audio/translations")
+@router.post("/v1/audio/translations", openapi_extra=MULTIPART)
 async def translations(request: Request):
     """Into English: the same decoding, with Whisper's translate task."""
     return await _run(request, "translate")

@@ -86,6 +86,11 @@ def _text(value: str, where: str) -> None:
                          param=where or None) from None
 
 
+def json_body(model: type[BaseModel]) -> dict:
+    """The OpenAPI request body of a route that reads `model` itself (with `parse_body`, for its own errors)."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
+
+
 def keep_alive(value: Any) -> float | None:
     if value is None:
         return None

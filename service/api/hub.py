@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..errors import BadRequest, ServiceError
 from ..hub import store
-from .common import parse_body
+from .common import json_body, parse_body
 
 router = APIRouter()
 
@@ -33,7 +33,7 @@ def _ollama_line(event: dict) -> dict:
     return line
 
 
-@router.post("/api/pull")
+@router.post("/api/pull", openapi_extra=json_body(PullRequest))
 async def pull(request: Request):
     body = await parse_body(request, PullRequest)
     name = (body.model or body.name or "").strip()
@@ -107,7 +107,7 @@ class DeleteRequest(BaseModel):
     name: str | None = None
 
 
-@router.delete("/api/delete")
+@router.delete("/api/delete", openapi_extra=json_body(DeleteRequest))
 async def delete(request: Request):
     body = await parse_body(request, DeleteRequest)
     manager = request.app.state.manager

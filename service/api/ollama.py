@@ -19,7 +19,17 @@ from ..engine.events import Done, Event, Result, TextDelta, ThinkingDelta, ToolC
 from ..engine.request import GenerationRequest, Message, ResponseFormat, Thinking
 from ..errors import BadRequest, ServiceError
 from . import finish
-from .common import function_calls, function_tools, json_schema, keep_alive, number, parse_body, sampling, stop_list
+from .common import (
+    function_calls,
+    function_tools,
+    json_body,
+    json_schema,
+    keep_alive,
+    number,
+    parse_body,
+    sampling,
+    stop_list,
+)
 from .embed import embed, embedding_job
 from .images import from_base64
 from .listing import digest_of, mtime_iso
@@ -218,7 +228,7 @@ def _view(body: _Base, chat: bool):
     return lambda gen: OllamaView(body.model_name, chat, gen.load_seconds)
 
 
-@router.post("/api/chat")
+@router.post("/api/chat", openapi_extra=json_body(ChatRequest))
 async def chat(request: Request):
     body = await parse_body(request, ChatRequest)
     if not body.messages:
@@ -227,7 +237,7 @@ async def chat(request: Request):
     return await respond(request, chat_request(body), _view(body, chat=True))
 
 
-@router.post("/api/generate")
+@router.post("/api/generate", openapi_extra=json_body(GenerateRequest))
 async def generate(request: Request):
     body = await parse_body(request, GenerateRequest)
     if not body.prompt:
@@ -245,7 +255,7 @@ class LegacyEmbeddingsRequest(_Base):
     prompt: Any = None
 
 
-@router.post("/api/embed")
+@router.post("/api/embed", openapi_extra=json_body(EmbedRequest))
 async def embed_route(request: Request):
     body = await parse_body(request, EmbedRequest)
     done = await embed(request, body.model_name, embedding_job(body.input, truncate=body.truncate,
@@ -257,7 +267,7 @@ async def embed_route(request: Request):
                          "prompt_eval_count": done.result.prompt_tokens})
 
 
-@router.post("/api/embeddings")
+@router.post("/api/embeddings", openapi_extra=json_body(LegacyEmbeddingsRequest))
 async def embeddings_legacy(request: Request):
     """Ollama's older endpoint: one `prompt`, one `embedding`."""
     body = await parse_body(request, LegacyEmbeddingsRequest)
@@ -268,17 +278,20 @@ async def embeddings_legacy(request: Request):
     return JSONResponse({"embedding": done.result.vectors[0]})
 
 
-@router.api_route("/", methods=["GET", "HEAD"])
+@router.get("/")
+@router.head("/", include_in_schema=False)
 async def root():
     return PlainTextResponse("Ollama is running")
 
 
-@router.api_route("/api/version", methods=["GET", "HEAD"])
+@router.get("/api/version")
+@router.head("/api/version", include_in_schema=False)
 async def version():
     return {"version": __version__}
 
 
-@router.api_route("/api/tags", methods=["GET", "HEAD"])
+@router.get("/api/tags")
+@router.head("/api/tags", include_in_schema=False)
 async def tags(request: Request):
     from ..hub import store
 
@@ -296,7 +309,7 @@ class ShowRequest(BaseModel):
     verbose: bool = False
 
 
-@router.post("/api/show")
+@router.post("/api/show", openapi_extra=json_body(ShowRequest))
 async def show(request: Request):
     body = await parse_body(request, ShowRequest)
     manager = request.app.state.manager

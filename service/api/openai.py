@@ -22,6 +22,7 @@ from .common import (
     content_of,
     function_calls,
     function_tools,
+    json_body,
     json_schema,
     keep_alive,
     max_tokens,
@@ -254,13 +255,13 @@ def _view(body: _Base, chat: bool):
     return lambda gen: OpenAIView(gen.model, chat, include)
 
 
-@router.post("/v1/chat/completions")
+@router.post("/v1/chat/completions", openapi_extra=json_body(ChatRequest))
 async def chat_completions(request: Request):
     body = await parse_body(request, ChatRequest)
     return await respond(request, chat_request(body), _view(body, chat=True))
 
 
-@router.post("/v1/completions")
+@router.post("/v1/completions", openapi_extra=json_body(CompletionRequest))
 async def completions(request: Request):
     body = await parse_body(request, CompletionRequest)
     return await respond(request, completion_request(body), _view(body, chat=False))
@@ -275,7 +276,7 @@ class EmbeddingsRequest(BaseModel):
     keep_alive: int | float | str | None = None
 
 
-@router.post("/v1/embeddings")
+@router.post("/v1/embeddings", openapi_extra=json_body(EmbeddingsRequest))
 async def embeddings(request: Request):
     body = await parse_body(request, EmbeddingsRequest)
     if body.encoding_format not in ("float", "base64"):

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import ServiceError
-from .common import number, parse_body
+from .common import json_body, number, parse_body
 from .process import mlx_memory, rss_bytes
 
 router = APIRouter()
@@ -92,7 +92,7 @@ async def engine_config(request: Request):
     return {"settings": manager.engine_config(), "rebuilding": manager.rebuilding}
 
 
-@router.post("/api/engine/config")
+@router.post("/api/engine/config", openapi_extra=json_body(_Changes))
 async def set_engine_config(request: Request):
     """Change runtime settings: validated as a whole (a bad value or an unknown name is a 400 naming it),
     applied to the next request; batch and prefix-cache settings rebuild loaded models in the background."""
