@@ -107,3 +107,17 @@ def fake_app(tmp_path: Path, catalog_paths: list[Path] | None = None, capacity: 
                      load_catalog(catalog_paths or []).raise_for_problems(), runners=registry)
     with TestClient(app) as client:
         yield client, registry
+
+
+@contextmanager
+def offline_fake_app(tmp_path: Path, **settings):
+    """`fake_app` whose Hub client is offline, for tests that send arbitrary bodies to /api/pull too."""
+    from service.hub import store
+    from service.hub.pull import Puller
+
+    store.use_puller(Puller(cache_dir=tmp_path / "hub", offline=True))
+    try:
+        with fake_app(tmp_path, **settings) as (client, registry):
+            yield client, registry
+    finally:
+        store.use_puller(None)

@@ -10,10 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.hub import store
-from service.hub.pull import Puller
-
-from .fakes import fake_app
+from .fakes import offline_fake_app
 
 ROUTES = ["/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens", "/api/chat",
           "/api/generate", "/api/show", "/api/pull", "/api/delete", "/v1/models/fake-a/load", "/v1/embeddings",
@@ -24,12 +21,8 @@ MSG = [{"role": "user", "content": "hi"}]
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hostile")
-    store.use_puller(Puller(cache_dir=tmp / "hub", offline=True))  # /api/pull never reaches a network
-    try:
-        with fake_app(tmp, max_tokens=8) as (client, _):
-            yield client, str(tmp)
-    finally:
-        store.use_puller(None)
+    with offline_fake_app(tmp, max_tokens=8) as (client, _):  # /api/pull never reaches a network
+        yield client, str(tmp)
 
 
 def _send(client, path: str, body: bytes) -> httpx.Response:

@@ -7,21 +7,13 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 
-from service.hub import store
-from service.hub.pull import Puller
-
-from .fakes import fake_app
+from .fakes import offline_fake_app
 
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("openapi")
-    store.use_puller(Puller(cache_dir=tmp / "hub", offline=True))  # /api/pull never reaches a network
-    try:
-        with fake_app(tmp, max_tokens=8) as (client, _):
-            yield client.app
-    finally:
-        store.use_puller(None)
+    with offline_fake_app(tmp_path_factory.mktemp("openapi"), max_tokens=8) as (client, _):
+        yield client.app
 
 
 def test_generated_requests_never_get_a_server_error(app):
