@@ -85,6 +85,24 @@ class Job:
     constraint: Constraint | None = None  # a grammar the output must follow, enforced token by token
     cancel: threading.Event = field(default_factory=threading.Event)  # set when the client goes away
 
+    def fit(self, prompt: int, context: int) -> None:
+        """The prompt (`prompt` tokens, images included) and the answer must fit the `context` the model is
+        served with (0: unchecked): refused before any prefill, or, when the request did not set max_tokens,
+        the answer shortened to the room left."""
+        if not context:
+            return
+        room = context - prompt
+        fix = "shorten the conversation, or raise MLX_SERVICE_CONTEXT_LENGTH (up to the model's own context)"
+        if room < 1:
+            raise BadRequest(f"the prompt is {prompt} tokens, more than the {context} tokens of context this model "
+                             f"is served with: {fix}")
+        if self.max_tokens > room:
+            if self.max_tokens_given:
+                raise BadRequest(f"the prompt ({prompt} tokens) and max_tokens ({self.max_tokens}) need "
+                                 f"{prompt + self.max_tokens} tokens, more than the {context} tokens of context "
+                                 f"this model is served with: lower max_tokens, {fix}", param="max_tokens")
+            self.max_tokens = room
+
     def start(self) -> Job:
         """Start the generation clock (the time a model load took does not count)."""
         self.deadline = time.monotonic() + self.timeout

@@ -92,7 +92,7 @@ class MlxLmRunner:
         self._counts: Counter = Counter()
         self._running = self._waiting = 0
         self._ttft = 0.0  # recent time to first token (moving average): how long a missed burst waits
-        self.model = self.tokenizer = self.prompt_cache = None
+        self.model = self.tokenizer = self.prompt_cache = self.disk_cache = None
         self._thread = threading.Thread(target=self._main, name=f"runner {spec.name}", daemon=True)
         self._thread.start()
 
@@ -321,7 +321,7 @@ class MlxLmRunner:
             live.processors = self._processors(job, text)  # a grammar tokenizes its markers
         if not live.tokens:
             raise BadRequest("the prompt is empty")
-        self._fit(job, len(live.tokens))
+        job.fit(len(live.tokens), self._spec.context_length)
         live.cache, rest = self._prefix(live.tokens)
         live.cached = live.fed = len(live.tokens) - len(rest)
         live.detokenizer = self.tokenizer.detokenizer
@@ -329,24 +329,6 @@ class MlxLmRunner:
         live.matcher = StopMatcher(list(job.stop) + ([] if job.ignore_eos else list(self._spec.stops)))
         live.output = job.output.splitter(text)
         live.sampler = self._sampler(job)
-
-    def _fit(self, job: Job, prompt: int) -> None:
-        """The prompt and the answer must fit the context the model is served with: refused before any prefill,
-        or, when the request did not set max_tokens, the answer shortened to the room left."""
-        context = self._spec.context_length
-        if not context:
-            return
-        room = context - prompt
-        fix = "shorten the conversation, or raise MLX_SERVICE_CONTEXT_LENGTH (up to the model's own context)"
-        if room < 1:
-            raise BadRequest(f"the prompt is {prompt} tokens, more than the {context} tokens of context this model "
-                             f"is served with: {fix}")
-        if job.max_tokens > room:
-            if job.max_tokens_given:
-                raise BadRequest(f"the prompt ({prompt} tokens) and max_tokens ({job.max_tokens}) need "
-                                 f"{prompt + job.max_tokens} tokens, more than the {context} tokens of context this "
-                                 f"model is served with: lower max_tokens, {fix}", param="max_tokens")
-            job.max_tokens = room
 
     def _to_batch(self, live: _Live, batch) -> int:
         """Insert a job into the batch with the cache it has so far: it holds `seen[:k]`, the batch feeds the

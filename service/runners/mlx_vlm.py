@@ -98,13 +98,7 @@ class VisionRunner(SerialRunner):
         try:
             inputs, text, images = self._inputs(job)
             prompt_tokens = len(inputs["input_ids"][0])
-            if self.spec.context_length and prompt_tokens + job.max_tokens > self.spec.context_length:
-                room = self.spec.context_length - prompt_tokens
-                if room < 1 or job.max_tokens_given:
-                    raise BadRequest(f"the prompt ({prompt_tokens} tokens, images included) and max_tokens "
-                                     f"({job.max_tokens}) do not fit the {self.spec.context_length} tokens of "
-                                     "context this model is served with", param="max_tokens")
-                job.max_tokens = room
+            job.fit(prompt_tokens, self.spec.context_length)
             matcher = StopMatcher(list(job.stop) + ([] if job.ignore_eos else list(self.spec.stops)))
             splitter = job.output.splitter(text)
             sampler = sampler_for(job.sampling)
