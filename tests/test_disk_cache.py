@@ -57,3 +57,46 @@ def test_short_prompts_stay_in_ram_only(models_dir, tmp_path):
             {"role": "user", "content": "hi"}], "max_tokens": 2})
         _flush(srv)
         assert not list((tmp_path / "c" / "prefix").glob("*.safetensors"))
+
+
+def _kv_cache(tokens: int):
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    layers = [KVCache() for _ in range(2)]
+    for layer in layers:
+        layer.update_and_fetch(mx.random.normal((1, 2, tokens, 8)), mx.random.normal((1, 2, tokens, 8)))
+    mx.eval([layer.state for layer in layers])  # as a finished job's cache is
+    return layers
+
+
+def test_truncated_files_orphans_and_foreign_classes_are_never_used(tmp_path, caplog):
+    import mlx.core as mx
+    import pytest
+
+    from service.runners.disk_cache import DiskPromptCache
+
+    tokens = list(range(300))
+    disk = DiskPromptCache(tmp_path, "model-a", max_bytes=1 << 30)
+    disk.store(tokens, _kv_cache(300))
+    disk.flush()
+    cache, common = disk.fetch(tokens + [7, 8])
+    assert common == 300 and cache[0].offset == 300
+    (file,) = tmp_path.glob("*.safetensors")
+    file.write_bytes(file.read_bytes()[:-100])  # truncated
+    assert disk.fetch(tokens) is None and disk.counts["disk_dropped"] == 1 and not file.exists()
+    assert "dropping prefix-cache file" in caplog.text
+    disk.close()
+
+    orphan = tmp_path / f"{disk.key}-0123.partial.safetensors"  # a crash mid-write
+    orphan.write_bytes(b"half")
+    reopened = DiskPromptCache(tmp_path, "model-a", max_bytes=1 << 30)
+    assert not orphan.exists()
+    reopened.close()
+
+    from service.runners import disk_cache
+
+    arrays = {"0.0": mx.zeros((1,))}
+    metadata = {"0": "{}", "1.0": "os", "2.0": ""}  # names a class that is not a KV cache
+    with pytest.raises(ValueError, match="unknown cache class"):
+        disk_cache._prompt_cache(arrays, metadata)

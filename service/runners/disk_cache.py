@@ -2,14 +2,17 @@
 found again after an unload or a restart.
 
 Writes happen on a thread of their own, never on the decode path: the runner hands over a finished job's cache
-(which nothing mutates any more) and goes on. Each file is named by a digest of the model key (the checkpoint's
-name, folder and weights' size and time, so another revision never matches) and its tokens, and is checked with
-its SHA-256 when read: a corrupt or truncated file is dropped with a warning and the prompt is recomputed. The
-tier is capped in bytes, least recently used first out; `clear` empties it.
+(which nothing mutates any more) and goes on; the thread runs at a lower CPU priority where the OS allows it, so
+decoding streams keep their cores. Each file is named by a digest of the model key (the checkpoint's name, folder
+and weights' size and time, so another revision never matches) and its tokens. Its checksum is an XXH3-128 of the
+arrays and metadata as loaded, so a read is one pass over the file plus a hash at memory speed (a SHA-256 of the
+file's bytes cost more than the read itself); a corrupt or truncated file is dropped with a warning and the
+prompt recomputed. The tier is capped in bytes, least recently used first out; `clear` empties it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -30,7 +33,7 @@ class _Entry:
     tokens: tuple[int, ...]
     file: str
     size: int
-    sha256: str
+    checksum: str
     used: float
 
 
@@ -58,14 +61,14 @@ class DiskPromptCache:
         if best is None or common < least:
             self.counts["disk_misses"] += 1
             return None
-        from mlx_lm.models.cache import can_trim_prompt_cache, load_prompt_cache, trim_prompt_cache
+        from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
-        path = self.folder / best.file
         started = time.perf_counter()
         try:
-            if _sha256(path) != best.sha256:
+            arrays, metadata = _load(self.folder / best.file)
+            if _checksum(arrays, metadata) != best.checksum:
                 raise ValueError("its checksum does not match")
-            cache = load_prompt_cache(str(path))
+            cache = _prompt_cache(arrays, metadata)
             if common < len(best.tokens):
                 if not can_trim_prompt_cache(cache):
                     self.counts["disk_misses"] += 1
@@ -77,9 +80,6 @@ class DiskPromptCache:
             self.counts["disk_dropped"] += 1
             self.counts["disk_misses"] += 1
             return None
-        import mlx.core as mx
-
-        mx.eval([c.state for c in cache])
         best.used = time.time()
         self.counts["disk_hits"] += 1
         self.counts["disk_read_bytes"] += best.size
@@ -99,6 +99,8 @@ class DiskPromptCache:
     def _writer(self) -> None:
         from mlx_lm.models.cache import save_prompt_cache
 
+        with contextlib.suppress(AttributeError, OSError):  # Linux: a thread is a task with its own nice value
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
         while (item := self._writes.get()) is not None:
             tokens, cache = item
             if tokens is None:  # flush(): everything queued before it is written
@@ -110,7 +112,7 @@ class DiskPromptCache:
             try:
                 save_prompt_cache(str(partial), cache, metadata={"model": self.key})
                 os.replace(partial, path)  # a crash mid-write never leaves a file that looks complete
-                entry = _Entry(tokens, name, path.stat().st_size, _sha256(path), time.time())
+                entry = _Entry(tokens, name, path.stat().st_size, _checksum(*_load(path)), time.time())
             except Exception as exc:
                 log.warning("could not write a prefix-cache file: %s", exc)
                 partial.unlink(missing_ok=True)
@@ -166,15 +168,19 @@ class DiskPromptCache:
     def _read_index(self) -> dict[tuple[int, ...], _Entry]:
         try:
             rows = json.loads(self._index_file.read_text())
-            entries = {tuple(r["tokens"]): _Entry(tuple(r["tokens"]), r["file"], r["size"], r["sha256"], r["used"])
+            entries = {tuple(r["tokens"]): _Entry(tuple(r["tokens"]), r["file"], r["size"], r["checksum"], r["used"])
                        for r in rows}
         except (OSError, ValueError, KeyError, TypeError):
-            return {}
+            entries = {}
+        listed = {e.file for e in entries.values()}
+        for path in self.folder.glob(f"{self.key}-*"):  # a crash's partial file, an older format's: not ours now
+            if path.name not in listed:
+                path.unlink(missing_ok=True)
         return {t: e for t, e in entries.items() if (self.folder / e.file).is_file()}
 
     def _write_index(self) -> None:
         with self._lock:
-            rows = [{"tokens": list(e.tokens), "file": e.file, "size": e.size, "sha256": e.sha256, "used": e.used}
+            rows = [{"tokens": list(e.tokens), "file": e.file, "size": e.size, "checksum": e.checksum, "used": e.used}
                     for e in self._entries.values()]
         partial = self._index_file.with_suffix(".partial")
         partial.write_text(json.dumps(rows))
@@ -190,12 +196,40 @@ def _common(a: tuple[int, ...], b: list[int]) -> int:
     return n
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
+def _load(path: Path) -> tuple[dict, dict]:
+    import mlx.core as mx
+
+    arrays, metadata = mx.load(str(path), return_metadata=True)
+    mx.eval(list(arrays.values()))
+    return arrays, metadata
+
+
+def _checksum(arrays: dict, metadata: dict) -> str:
+    import xxhash
+
+    digest = xxhash.xxh3_128(json.dumps(metadata, sort_keys=True).encode())
+    for name in sorted(arrays):
+        digest.update(f"{name}:{arrays[name].dtype}:{arrays[name].shape}".encode())
+        digest.update(memoryview(arrays[name]))
     return digest.hexdigest()
+
+
+def _prompt_cache(arrays: dict, metadata: dict) -> list:
+    """mlx-lm's `load_prompt_cache` on arrays already read (it takes only a file name, and reading the file twice
+    would double the restore time)."""
+    from mlx.utils import tree_unflatten
+    from mlx_lm.models import cache as classes
+
+    _, names, scalars = tree_unflatten(list(metadata.items()))
+    for pos, kind in scalars[1:]:
+        array = arrays[pos]
+        arrays[pos] = {"scalar": lambda: array.item(), "string": lambda: "".join(chr(i) for i in array.tolist()),
+                       "none": lambda: None}[kind]()
+    states = tree_unflatten(list(arrays.items()))
+    kinds = [getattr(classes, name, None) for name in names]
+    if not all(isinstance(k, type) and issubclass(k, classes._BaseCache) for k in kinds):
+        raise ValueError(f"it names an unknown cache class among {names}")
+    return [kind.from_state(state) for kind, state in zip(kinds, states)]
 
 
 def clear_folder(folder: Path, keep: set[str]) -> int:
