@@ -14,6 +14,7 @@ import ollama
 import openai
 import pytest
 
+from .conformance import assert_documented
 from .fakes import FakeRunner, fake_app
 from .server import TEST_CATALOG
 
@@ -326,3 +327,12 @@ def test_all_three_sdks_render_thinking_text_and_calls(tmp_path, monkeypatch):
         lines = [json.loads(x) for x in client.post("/api/chat", json={"model": "tiny-qwen3", "messages": ASK,
                                                                          "tools": TOOLS}).text.splitlines()]
         assert [c["function"]["index"] for x in lines for c in x["message"].get("tool_calls", [])] == [0, 1]
+        document = client.get("/openapi.json").text
+        for path, body in [("/v1/chat/completions", {"model": "tiny-qwen3", "messages": ASK, "tools": TOOLS}),
+                           ("/v1/chat/completions", {"model": "tiny-qwen3", "messages": ASK, "stream": True}),
+                           ("/v1/messages", {"model": "tiny-qwen3", "max_tokens": 50, "messages": ASK}),
+                           ("/v1/messages", {"model": "tiny-qwen3", "max_tokens": 50, "messages": ASK,
+                                             "stream": True}),
+                           ("/api/chat", {"model": "tiny-qwen3", "messages": ASK, "tools": TOOLS, "stream": False}),
+                           ("/api/generate", {"model": "tiny-qwen3", "prompt": "hi", "stream": False})]:
+            assert_documented(client.post(path, json=body), "post", path, document)  # thinking, calls included

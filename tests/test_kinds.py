@@ -20,6 +20,7 @@ import openai
 import pytest
 from PIL import Image
 
+from .conformance import assert_documented
 from .server import Server
 
 TEXTS = ["the cat sat", "a river of light and stone under the moon", "yes"]
@@ -132,6 +133,29 @@ def test_openai_transcription_in_every_format(oai):
                                             response_format="verbose_json", timestamp_granularities=["word"])
     assert [w.word.strip() for w in words.words] == ["hello", "world"]
     assert oai.audio.translations.create(model="tiny-whisper", file=("tone.wav", wav(1.0))).text == "hello world"
+
+
+def test_answers_of_every_kind_are_as_documented(server):
+    document = httpx.get(server.url + "/openapi.json").text
+    image = [{"role": "user", "content": [{"type": "text", "text": "Describe."},
+                                          {"type": "image_url", "image_url": {"url": data_url(png())}}]}]
+    jsons = [("/v1/embeddings", {"model": "tiny-embed", "input": TEXTS}),
+             ("/v1/embeddings", {"model": "tiny-embed", "input": "yes", "encoding_format": "base64"}),
+             ("/api/embed", {"model": "tiny-embed", "input": TEXTS}),
+             ("/api/embeddings", {"model": "tiny-embed", "prompt": "yes"}),
+             ("/v1/embeddings", {"model": "tiny-embed", "input": "yes", "dimensions": 0}),  # refused
+             ("/v1/chat/completions", {"model": "tiny-vl", "max_tokens": 3, "messages": image})]
+    statuses = []
+    for path, body in jsons:
+        r = httpx.post(server.url + path, json=body, timeout=120)
+        statuses.append(r.status_code)
+        assert_documented(r, "post", path, document)
+    assert statuses == [200, 200, 200, 200, 400, 200]
+    for fmt in ("json", "verbose_json", "text", "srt", "vtt"):
+        r = httpx.post(server.url + "/v1/audio/transcriptions", data={"model": "tiny-whisper", "response_format": fmt},
+                       files={"file": ("tone.wav", wav(1.0))}, timeout=120)
+        assert r.status_code == 200
+        assert_documented(r, "post", "/v1/audio/transcriptions", document)
 
 
 def test_long_audio_is_decoded_in_30_second_windows_and_any_wav_is_resampled(oai):

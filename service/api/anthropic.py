@@ -30,6 +30,7 @@ from .common import (
 )
 from .errors import ANTHROPIC, error_body
 from .images import load_images
+from .schemas import SSE, AnthropicMessage, TokenCount, documented
 from .stream import Preamble, respond
 
 router = APIRouter()
@@ -285,13 +286,15 @@ class AnthropicView:
         return _sse("error", error_body(ANTHROPIC, error, self.id))
 
 
-@router.post("/v1/messages", openapi_extra=json_body(MessagesRequest))
+@router.post("/v1/messages", openapi_extra=json_body(MessagesRequest),
+             responses=documented(ANTHROPIC, AnthropicMessage, SSE))
 async def messages(request: Request):
     body = await parse_body(request, MessagesRequest)
     return await respond(request, messages_request(body), lambda gen: AnthropicView(gen.model))
 
 
-@router.post("/v1/messages/count_tokens", openapi_extra=json_body(CountRequest))
+@router.post("/v1/messages/count_tokens", openapi_extra=json_body(CountRequest),
+             responses=documented(ANTHROPIC, TokenCount))
 async def count_tokens(request: Request):
     body = await parse_body(request, CountRequest)
     manager = request.app.state.manager

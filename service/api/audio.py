@@ -15,6 +15,8 @@ from ..engine.speech import Transcript, TranscriptionJob
 from ..errors import BadRequest
 from ..manager import require_kind
 from .common import keep_alive, number, read_body
+from .errors import OPENAI
+from .schemas import Transcription, documented
 from .stream import unless_disconnected
 
 router = APIRouter()
@@ -139,12 +141,14 @@ MULTIPART = {"requestBody": {"required": True, "content": {"multipart/form-data"
                                                                            "enum": ["word", "segment"]}}}}}}}}
 
 
-@router.post("/v1/audio/transcriptions", openapi_extra=MULTIPART)
+@router.post("/v1/audio/transcriptions", openapi_extra=MULTIPART,
+             responses=documented(OPENAI, Transcription, ("text/plain", "text/vtt")))
 async def transcriptions(request: Request):
     return await _run(request, "transcribe")
 
 
-@router.post("/v1/audio/translations", openapi_extra=MULTIPART)
+@router.post("/v1/audio/translations", openapi_extra=MULTIPART,
+             responses=documented(OPENAI, Transcription, ("text/plain", "text/vtt")))
 async def translations(request: Request):
     """Into English: the same decoding, with Whisper's translate task."""
     return await _run(request, "translate")

@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict
 from ..errors import BadRequest, ServiceError
 from ..hub import store
 from .common import json_body, parse_body
+from .errors import OLLAMA
+from .schemas import NDJSON, PullStatus, documented
 
 router = APIRouter()
 
@@ -33,7 +35,8 @@ def _ollama_line(event: dict) -> dict:
     return line
 
 
-@router.post("/api/pull", openapi_extra=json_body(PullRequest))
+@router.post("/api/pull", openapi_extra=json_body(PullRequest),
+             responses=documented(OLLAMA, PullStatus, NDJSON))
 async def pull(request: Request):
     body = await parse_body(request, PullRequest)
     name = (body.model or body.name or "").strip()
@@ -107,7 +110,7 @@ class DeleteRequest(BaseModel):
     name: str | None = None
 
 
-@router.delete("/api/delete", openapi_extra=json_body(DeleteRequest))
+@router.delete("/api/delete", openapi_extra=json_body(DeleteRequest), responses=documented(OLLAMA))
 async def delete(request: Request):
     body = await parse_body(request, DeleteRequest)
     manager = request.app.state.manager

@@ -14,7 +14,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from ..usage import Histogram
+from .errors import OLLAMA
 from .process import mlx_memory, rss_bytes
+from .schemas import documented
 
 router = APIRouter()
 
@@ -99,7 +101,7 @@ class ServiceCollector:
         yield cache
 
 
-@router.get("/metrics")
+@router.get("/metrics", responses=documented(OLLAMA, also=("text/plain",)))
 async def metrics(request: Request):
     registry = getattr(request.app.state, "metrics_registry", None)
     if registry is None:

@@ -31,8 +31,20 @@ from .common import (
     stop_list,
 )
 from .embed import embed, embedding_job
+from .errors import OLLAMA
 from .images import from_base64
 from .listing import digest_of, mtime_iso
+from .schemas import (
+    NDJSON,
+    LocalModels,
+    OllamaChat,
+    OllamaEmbed,
+    OllamaEmbedding,
+    OllamaGenerate,
+    Show,
+    Version,
+    documented,
+)
 from .show import render_show, summary_details
 from .stream import respond
 
@@ -228,7 +240,8 @@ def _view(body: _Base, chat: bool):
     return lambda gen: OllamaView(body.model_name, chat, gen.load_seconds)
 
 
-@router.post("/api/chat", openapi_extra=json_body(ChatRequest))
+@router.post("/api/chat", openapi_extra=json_body(ChatRequest),
+             responses=documented(OLLAMA, OllamaChat, NDJSON))
 async def chat(request: Request):
     body = await parse_body(request, ChatRequest)
     if not body.messages:
@@ -237,7 +250,8 @@ async def chat(request: Request):
     return await respond(request, chat_request(body), _view(body, chat=True))
 
 
-@router.post("/api/generate", openapi_extra=json_body(GenerateRequest))
+@router.post("/api/generate", openapi_extra=json_body(GenerateRequest),
+             responses=documented(OLLAMA, OllamaGenerate, NDJSON))
 async def generate(request: Request):
     body = await parse_body(request, GenerateRequest)
     if not body.prompt:
@@ -255,7 +269,7 @@ class LegacyEmbeddingsRequest(_Base):
     prompt: Any = None
 
 
-@router.post("/api/embed", openapi_extra=json_body(EmbedRequest))
+@router.post("/api/embed", openapi_extra=json_body(EmbedRequest), responses=documented(OLLAMA, OllamaEmbed))
 async def embed_route(request: Request):
     body = await parse_body(request, EmbedRequest)
     done = await embed(request, body.model_name, embedding_job(body.input, truncate=body.truncate,
@@ -267,7 +281,8 @@ async def embed_route(request: Request):
                          "prompt_eval_count": done.result.prompt_tokens})
 
 
-@router.post("/api/embeddings", openapi_extra=json_body(LegacyEmbeddingsRequest))
+@router.post("/api/embeddings", openapi_extra=json_body(LegacyEmbeddingsRequest),
+             responses=documented(OLLAMA, OllamaEmbedding))
 async def embeddings_legacy(request: Request):
     """Ollama's older endpoint: one `prompt`, one `embedding`."""
     body = await parse_body(request, LegacyEmbeddingsRequest)
@@ -278,19 +293,19 @@ async def embeddings_legacy(request: Request):
     return JSONResponse({"embedding": done.result.vectors[0]})
 
 
-@router.get("/")
+@router.get("/", responses=documented(OLLAMA, also=("text/plain",)))
 @router.head("/", include_in_schema=False)
 async def root():
     return PlainTextResponse("Ollama is running")
 
 
-@router.get("/api/version")
+@router.get("/api/version", responses=documented(OLLAMA, Version))
 @router.head("/api/version", include_in_schema=False)
 async def version():
     return {"version": __version__}
 
 
-@router.get("/api/tags")
+@router.get("/api/tags", responses=documented(OLLAMA, LocalModels))
 @router.head("/api/tags", include_in_schema=False)
 async def tags(request: Request):
     from ..hub import store
@@ -309,7 +324,7 @@ class ShowRequest(BaseModel):
     verbose: bool = False
 
 
-@router.post("/api/show", openapi_extra=json_body(ShowRequest))
+@router.post("/api/show", openapi_extra=json_body(ShowRequest), responses=documented(OLLAMA, Show))
 async def show(request: Request):
     body = await parse_body(request, ShowRequest)
     manager = request.app.state.manager
@@ -317,7 +332,7 @@ async def show(request: Request):
     return render_show(manager.catalog, target.entry, target.name, target.path)
 
 
-@router.get("/api/ps")
+@router.get("/api/ps", responses=documented(OLLAMA, LocalModels))
 async def ps(request: Request):
     manager = request.app.state.manager
     out = []

@@ -34,6 +34,17 @@ from .common import (
 )
 from .embed import embed, embedding_job
 from .errors import OPENAI, error_body
+from .schemas import (
+    SSE,
+    ChatCompletion,
+    EmbeddingList,
+    LoadAnswer,
+    LoadedList,
+    ModelList,
+    ModelObject,
+    TextCompletion,
+    documented,
+)
 from .show import capabilities
 from .stream import Preamble, respond
 
@@ -255,13 +266,15 @@ def _view(body: _Base, chat: bool):
     return lambda gen: OpenAIView(gen.model, chat, include)
 
 
-@router.post("/v1/chat/completions", openapi_extra=json_body(ChatRequest))
+@router.post("/v1/chat/completions", openapi_extra=json_body(ChatRequest),
+             responses=documented(OPENAI, ChatCompletion, SSE))
 async def chat_completions(request: Request):
     body = await parse_body(request, ChatRequest)
     return await respond(request, chat_request(body), _view(body, chat=True))
 
 
-@router.post("/v1/completions", openapi_extra=json_body(CompletionRequest))
+@router.post("/v1/completions", openapi_extra=json_body(CompletionRequest),
+             responses=documented(OPENAI, TextCompletion, SSE))
 async def completions(request: Request):
     body = await parse_body(request, CompletionRequest)
     return await respond(request, completion_request(body), _view(body, chat=False))
@@ -276,7 +289,7 @@ class EmbeddingsRequest(BaseModel):
     keep_alive: int | float | str | None = None
 
 
-@router.post("/v1/embeddings", openapi_extra=json_body(EmbeddingsRequest))
+@router.post("/v1/embeddings", openapi_extra=json_body(EmbeddingsRequest), responses=documented(OPENAI, EmbeddingList))
 async def embeddings(request: Request):
     body = await parse_body(request, EmbeddingsRequest)
     if body.encoding_format not in ("float", "base64"):
@@ -300,7 +313,7 @@ def _model_object(name: str, created: int, extra: dict | None = None) -> dict:
     return {"id": name, "object": "model", "created": created, "owned_by": "mlx-service", **(extra or {})}
 
 
-@router.get("/v1/models")
+@router.get("/v1/models", responses=documented(OPENAI, ModelList))
 async def list_models(request: Request):
     from .listing import available
 
@@ -314,7 +327,7 @@ async def list_models(request: Request):
     return {"object": "list", "data": models}
 
 
-@router.get("/v1/models/loaded")
+@router.get("/v1/models/loaded", responses=documented(OPENAI, LoadedList))
 async def loaded_models(request: Request):
     manager = request.app.state.manager
     return {"object": "list", "data": [
@@ -326,19 +339,19 @@ async def loaded_models(request: Request):
         for s in manager.models.values()]}
 
 
-@router.post("/v1/models/{name:path}/load")
+@router.post("/v1/models/{name:path}/load", responses=documented(OPENAI, LoadAnswer))
 async def load_model(request: Request, name: str):
     served = await request.app.state.manager.load(name)
     return {"id": served.name, "object": "model", "loaded": True}
 
 
-@router.post("/v1/models/{name:path}/unload")
+@router.post("/v1/models/{name:path}/unload", responses=documented(OPENAI, LoadAnswer))
 async def unload_model(request: Request, name: str):
     unloaded = await request.app.state.manager.unload(name)
     return {"id": name, "object": "model", "loaded": False, "unloaded": unloaded}
 
 
-@router.get("/v1/models/{name:path}")
+@router.get("/v1/models/{name:path}", responses=documented(OPENAI, ModelObject))
 async def get_model(request: Request, name: str):
     from .listing import describe
 

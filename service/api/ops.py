@@ -9,12 +9,14 @@ from pydantic import BaseModel, ConfigDict
 
 from ..errors import ServiceError
 from .common import json_body, number, parse_body
+from .errors import OLLAMA
 from .process import mlx_memory, rss_bytes
+from .schemas import Cleared, EngineConfig, Events, Stats, documented
 
 router = APIRouter()
 
 
-@router.get("/api/events")
+@router.get("/api/events", responses=documented(OLLAMA, Events))
 async def events(request: Request, model: str | None = None, kind: str | None = None, since: int = 0,
                  limit: int = 200):
     """What happened to the models: pulls, loads, unloads (with their reason), refusals, request errors.
@@ -34,7 +36,7 @@ async def events(request: Request, model: str | None = None, kind: str | None = 
     return {"events": found[-limit:]}
 
 
-@router.get("/api/stats")
+@router.get("/api/stats", responses=documented(OLLAMA, Stats))
 async def stats(request: Request):
     """The process's memory and, per model, its state (loading, ready, unloading, error), load, usage, queue,
     batch and prefix cache; running pulls."""
@@ -65,7 +67,7 @@ async def stats(request: Request):
             "pulls": [{"model": k, **v} for k, v in sorted(manager.pulls.items())]}
 
 
-@router.post("/api/cache/clear")
+@router.post("/api/cache/clear", responses=documented(OLLAMA, Cleared))
 async def clear_cache(request: Request):
     """Empty the prefix cache: every loaded model's RAM and SSD tiers, and the SSD tier of models not loaded."""
     from ..runners.disk_cache import clear_folder
@@ -86,13 +88,13 @@ class _Changes(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-@router.get("/api/engine/config")
+@router.get("/api/engine/config", responses=documented(OLLAMA, EngineConfig))
 async def engine_config(request: Request):
     manager = request.app.state.manager
     return {"settings": manager.engine_config(), "rebuilding": manager.rebuilding}
 
 
-@router.post("/api/engine/config", openapi_extra=json_body(_Changes))
+@router.post("/api/engine/config", openapi_extra=json_body(_Changes), responses=documented(OLLAMA, EngineConfig))
 async def set_engine_config(request: Request):
     """Change runtime settings: validated as a whole (a bad value or an unknown name is a 400 naming it),
     applied to the next request; batch and prefix-cache settings rebuild loaded models in the background."""
