@@ -20,11 +20,11 @@ run: setup
 	$(VENV)/bin/mlx-service serve
 
 lint: setup
-	$(PY) tools/catalog lint
-	$(VENV)/bin/ruff check service tests bench tools/catalog
+	tools/catalog lint
+	$(VENV)/bin/ruff check service tests bench
 
 test: setup
-	$(PY) tools/catalog lint
+	tools/catalog lint
 	$(PY) -m pytest -q
 
 bench: setup

@@ -11,7 +11,7 @@ import pytest
 
 from .conftest import ROOT, VALID_FAMILY
 
-TOOL = [sys.executable, str(ROOT / "tools" / "catalog")]
+TOOL = [str(ROOT / "tools" / "catalog")]
 
 
 def run(*args, env=None):
@@ -96,3 +96,22 @@ def test_catalog_flag_and_env_layering(write):
     assert json.loads(run("show", "testfam", "--catalog", str(path)).stdout)["name"] == "testfam:1b-4bit"
     env = {"MLX_SERVICE_CATALOG_PATH": str(path)}
     assert json.loads(run("show", "testfam", env=env).stdout)["name"] == "testfam:1b-4bit"
+
+
+def test_without_an_environment_one_line_says_to_run_make_setup(tmp_path):
+    import shutil
+
+    checkout = tmp_path / "checkout"
+    (checkout / "tools").mkdir(parents=True)
+    shutil.copy(ROOT / "tools" / "catalog", checkout / "tools" / "catalog")  # a fresh clone: no .venv
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dirname").symlink_to(shutil.which("dirname"))
+    fake = bin_dir / "python3"  # a system python3 without the project's dependencies
+    fake.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'ruamel'\" >&2\nexit 1\n")
+    fake.chmod(0o755)
+    proc = subprocess.run(["/bin/sh", str(checkout / "tools" / "catalog"), "lint"], capture_output=True, text=True,
+                          timeout=60, env={"PATH": str(bin_dir)})
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        "tools/catalog: no Python with MLX Service's dependencies here: run `make setup` first (it creates .venv)"]
