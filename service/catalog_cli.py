@@ -6,6 +6,7 @@ Exit codes: 0 clean, 1 problems found (or the name did not resolve), 2 usage err
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -71,7 +72,7 @@ def _row(entry: Entry) -> dict:
         "quantization": entry.quantization.name,
         "weights_bytes": est.weights,
         "source": entry.quantization.repo or "generated",
-        "verified": entry.family.verified and entry.quantization.verified,
+        "verified": entry.verified,
     }
 
 
@@ -104,12 +105,12 @@ def describe(catalog: Catalog, entry: Entry) -> dict:
         "name": entry.tag,
         "family": fam.name,
         "description": fam.description,
-        "license": fam.license,
+        "license": entry.license,
         "model_card": fam.model_card,
         "kind": fam.kind,
         "loader": fam.loader,
         "abilities": list(fam.abilities),
-        "context_length": entry.context_length,
+        "context": {k: v for k, v in dataclasses.asdict(entry.context).items() if v is not None},
         "sampling": {k: v for k, v in vars(fam.sampling).items() if v is not None},
         "size": model.size,
         "parameters": model.parameters,
@@ -126,7 +127,8 @@ def describe(catalog: Catalog, entry: Entry) -> dict:
             "tool_calls": vars(style.tool_calls) if style.tool_calls else None,
         } if style else None,
         "trust_remote_code": fam.trust_remote_code,
-        "verified": fam.verified and quant.verified,
+        "verified": entry.verified,
+        "sources": list(entry.sources),
         "memory_at_context": estimate(entry).as_dict(),
     }
 

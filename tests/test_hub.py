@@ -230,7 +230,7 @@ def test_cli_pull_list_rm(tiny_files, tmp_path):
 
 
 def _catalog_tool(*args, env):
-    return subprocess.run([sys.executable, str(ROOT / "tools" / "catalog"), *args], capture_output=True, text=True,
+    return subprocess.run([str(ROOT / "tools" / "catalog"), *args], capture_output=True, text=True,
                           env=env, timeout=120)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import mlx_lm
 import pytest
@@ -70,7 +69,7 @@ def test_quantized_generated_entry(tmp_path, write):
 def test_scaffold_round_trip(demo, tmp_path):
     _, path = demo
     out = tmp_path / "scaffolded.yaml"
-    tool = [sys.executable, str(ROOT / "tools" / "catalog")]
+    tool = [str(ROOT / "tools" / "catalog")]
     proc = subprocess.run(tool + ["scaffold", str(path), "--family", "mine", "--repo", "me/mine", "-o", str(out)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -83,7 +82,7 @@ def test_scaffold_round_trip(demo, tmp_path):
 
 
 def test_scaffold_errors_are_clear(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "catalog"), "scaffold", str(tmp_path)],
+    proc = subprocess.run([str(ROOT / "tools" / "catalog"), "scaffold", str(tmp_path)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "no config.json" in proc.stderr and "Traceback" not in proc.stderr

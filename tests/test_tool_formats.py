@@ -205,10 +205,10 @@ def test_thinking_styles_switch_off_and_keep_recent_reasoning(styles):
 
 # ---- requests the model cannot serve are refused ------------------------------------------------------------
 def _traits(styles, style: str, abilities=("chat", "generate", "tools", "thinking")):
-    from service.catalog.model import Family
+    from service.catalog.model import Context, Family
 
     family = Family(name="m", description="", license="", model_card="", kind="text", loader="mlx-lm",
-                    abilities=tuple(abilities), prompt_style=style, context_length=1024, default_size="s",
+                    abilities=tuple(abilities), prompt_style=style, context=Context(1024), default_size="s",
                     models=())
     return ModelTraits.of("m", family, styles[style])
 

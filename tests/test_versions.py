@@ -10,12 +10,13 @@ from service.catalog.yamlio import parse
 
 from .conftest import VALID_FAMILY
 
-# A version-0 file as an older MLX Service would have written it: `repo_id` instead of `repo`.
+# A version-0 file as an imagined older MLX Service would have written it: `repo_id` instead of `repo`. It goes
+# through the test's migration 0 -> 1, then the real 1 -> 2 (tests/test_catalog_v2.py covers that one alone).
 OLD = VALID_FAMILY.replace("schema_version: 1", "schema_version: 0").replace("repo: ", "repo_id: ")
 
 
-def rename_repo_id(data):
-    for model in data.get("family", {}).get("models", []):
+def rename_repo_id(doc):
+    for model in doc.data.get("family", {}).get("models", []):
         for quant in model.get("quantizations", []):
             if "repo_id" in quant:
                 quant["repo"] = quant.pop("repo_id")

@@ -6,15 +6,19 @@ from typing import TYPE_CHECKING
 
 from .model import (
     Architecture,
+    Context,
     DetectionRules,
     Embedding,
     Family,
+    LinearAttention,
     Location,
+    Mamba,
     Match,
     Model,
     PromptStyle,
     Quantization,
     Recipe,
+    RopeScaling,
     Rule,
     Sampling,
     ThinkingTags,
@@ -43,7 +47,20 @@ def architecture(raw: dict) -> Architecture:
     fields["architectures"] = tuple(fields["architectures"])
     fields["attention_pattern"] = tuple(fields.get("attention_pattern", ()))
     fields["extra_config"] = tuple(sorted(fields.get("extra_config", {}).items()))
+    if "linear_attention" in fields:
+        fields["linear_attention"] = LinearAttention(**fields["linear_attention"])
+    if "mamba" in fields:
+        fields["mamba"] = Mamba(**fields["mamba"])
     return Architecture(**fields)
+
+
+def context(raw: dict | None) -> Context | None:
+    if raw is None:
+        return None
+    fields = dict(plain(raw))
+    if "rope_scaling" in fields:
+        fields["rope_scaling"] = RopeScaling(**fields["rope_scaling"])
+    return Context(**fields)
 
 
 def quantization(doc: Document, raw: dict, path) -> Quantization:
@@ -58,8 +75,11 @@ def model(doc: Document, raw: dict, path) -> Model:
         size=str(raw["size"]),
         parameters=float(raw["parameters"]),
         active_parameters=float(raw["active_parameters"]) if "active_parameters" in raw else None,
-        context_length=raw.get("context_length"),
+        context=context(raw.get("context")),
         aliases=tuple(raw.get("aliases", ())),
+        license=raw.get("license"),
+        sources=tuple(raw.get("sources", ())),
+        verified=bool(raw.get("verified", True)),
         architecture=architecture(raw["architecture"]),
         default_quantization=str(raw["default_quantization"]),
         quantizations=quants,
@@ -77,13 +97,14 @@ def family(doc: Document, raw: dict, path) -> Family:
         loader=raw["loader"],
         abilities=tuple(raw["abilities"]),
         prompt_style=raw["prompt_style"],
-        context_length=raw["context_length"],
+        context=context(raw["context"]),
         default_size=str(raw["default_size"]),
         models=tuple(model(doc, m, path + ["models", i]) for i, m in enumerate(raw["models"])),
         sampling=Sampling(**plain(raw.get("sampling", {}))),
         aliases=tuple(raw.get("aliases", ())),
         trust_remote_code=bool(raw.get("trust_remote_code", False)),
         verified=bool(raw.get("verified", True)),
+        sources=tuple(raw.get("sources", ())),
         embedding=Embedding(**plain(raw["embedding"])) if "embedding" in raw else None,
         location=location(doc, path),
     )

@@ -239,8 +239,9 @@ class _Layer:
             families[name] = self._patched(families[name], doc, raw)
 
     def _patched(self, fam: Family, doc: Document, raw: dict) -> Family:
-        changes = {k: build.plain(raw[k]) for k in ("description", "prompt_style", "context_length",
-                                                     "default_size") if k in raw}
+        changes = {k: build.plain(raw[k]) for k in ("description", "prompt_style", "default_size") if k in raw}
+        if "context" in raw:
+            changes["context"] = build.context(raw["context"])
         for key in ("abilities", "aliases"):
             if key in raw:
                 changes[key] = tuple(raw[key])
@@ -265,7 +266,11 @@ class _Layer:
 
     @staticmethod
     def _patched_model(model: Model, doc: Document, patch: dict, path: list) -> Model:
-        built = {k: build.plain(patch[k]) for k in ("default_quantization", "context_length") if k in patch}
+        built = {k: build.plain(patch[k]) for k in ("default_quantization", "license", "verified") if k in patch}
+        if "context" in patch:
+            built["context"] = build.context(patch["context"])
+        if "sources" in patch:
+            built["sources"] = tuple(patch["sources"])
         if "parameters" in patch:
             built["parameters"] = float(patch["parameters"])
         if "active_parameters" in patch:

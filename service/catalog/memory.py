@@ -3,9 +3,11 @@
 Formulas follow mlx-lm's runtime (see docs/ARCHITECTURE.md and bench/memory.py, which measures them):
 - weights: the checkpoint's bytes when known, else parameters x effective bits (scales/biases included);
   MoE keeps every expert resident.
-- KV cache: 2 (K and V) x KV heads x head_dim x element size per attention layer and token; sliding-window
-  layers hold at most the window; linear-attention/SSM layers keep a fixed state and are left out. mlx-lm grows
-  caches in steps of 256 tokens, so tokens are rounded up to that step.
+- KV cache: 2 (K and V) x KV heads x head_dim x element size per attention layer and token (multi-head latent
+  attention: the latent plus the rotary key part); sliding-window layers hold at most the window; linear-attention
+  (Gated DeltaNet) and Mamba layers keep a fixed state per sequence: a convolution window in the model's dtype
+  and a float32 recurrent state. mlx-lm grows caches in steps of 256 tokens, so tokens are rounded up to that
+  step.
 - activations: the largest prefill chunk (mlx-lm: 2048 tokens): its hidden states and MLP intermediates and,
   unless attention is fused (Metal), the chunk x keys attention scores (see activation_bytes).
 """
@@ -73,7 +75,22 @@ def kv_bytes(model: Model, tokens: int, element_bytes: float) -> tuple[int, int]
             per_token += per_layer_token
         elif kind == "sliding_attention":
             total += per_layer_token * min(allocated, _round_up(arch.sliding_window or tokens, KV_STEP))
+        else:
+            total += state_bytes(model, kind, element_bytes)
     return int(total), int(per_token)
+
+
+def state_bytes(model: Model, kind: str, element_bytes: float) -> int:
+    """The fixed state of one linear-attention or Mamba layer for one sequence (0 when its facts are absent)."""
+    linear, mamba = model.architecture.linear_attention, model.architecture.mamba
+    channels = _conv_channels(model.architecture, kind)
+    if kind == "linear_attention" and linear is not None:
+        recurrent = linear.value_heads * linear.value_head_dim * linear.key_head_dim * 4
+        return int((linear.conv_kernel - 1) * channels * element_bytes + recurrent)
+    if kind == "mamba" and mamba is not None:
+        recurrent = mamba.heads * mamba.head_dim * mamba.state_size * 4
+        return int((mamba.conv_kernel - 1) * channels * element_bytes + recurrent)
+    return 0
 
 
 def _prefill_chunks(prompt: int):
@@ -93,7 +110,12 @@ def activation_bytes(model: Model, context: int, element_bytes: int, fused_atten
     is fused, the c x keys score matrix (one per attention layer at a time) plus its boolean mask. The last
     layer's attention output is never evaluated during prefill (only its K/V are kept), so it does not
     count; sliding-window layers see at most window - 1 + c keys, and their rotating caches briefly hold
-    that many.
+    that many. Multi-head latent attention computes its rotary scores apart and hands them to attention as a
+    mask: one more c x keys matrix, fused or not.
+
+    Linear-attention and Mamba layers keep their convolution state as a slice of the chunk's convolution input,
+    which keeps that whole input alive until the next chunk: c x channels per layer. Mamba's SSD prefill works
+    in 256-token steps whose per-head 256 x 256 matrices peak at about twelve alive (measured, bench/memory.py).
     """
     arch = model.architecture
     mlp = (arch.moe_intermediate_size or arch.intermediate_size or 4 * arch.hidden_size) * (
@@ -105,14 +127,32 @@ def activation_bytes(model: Model, context: int, element_bytes: int, fused_atten
     kv_per_layer_token = 2 * arch.num_key_value_heads * arch.effective_head_dim * element_bytes
     sliding_layers = arch.layer_types.count("sliding_attention")
     window = arch.sliding_window or context
+    state_layers = [t for t in arch.layer_types if t in ("linear_attention", "mamba")]
+    per_token += sum(_conv_channels(arch, t) for t in state_layers) * element_bytes
+    ssd = 12 * arch.mamba.heads * SSD_STEP**2 * 4 if arch.mamba and "mamba" in state_layers else 0
     peak = 0
     for chunk, cached in _prefill_chunks(max(context - 1, 2)):
         sliding_keys = min(cached, window - 1 + chunk)
         keys = cached if "full_attention" in evaluated else sliding_keys if "sliding_attention" in evaluated else 0
         scores = 0 if fused_attention else arch.num_attention_heads * chunk * keys * element_bytes + chunk * keys
+        if arch.kv_lora_rank and keys:  # MLA: the rotary part's scores, computed apart, are attention's mask
+            scores += arch.num_attention_heads * chunk * keys * element_bytes
         rotating = sliding_layers * kv_per_layer_token * max(sliding_keys - window, 0)
-        peak = max(peak, chunk * per_token + scores + rotating)
+        peak = max(peak, chunk * per_token + scores + rotating + (ssd * min(chunk, SSD_STEP) ** 2) // SSD_STEP**2)
     return int(peak + arch.vocab_size * 4)
+
+
+SSD_STEP = 256  # mlx-lm's Mamba prefill step (ssm_attn)
+
+
+def _conv_channels(arch, kind: str) -> int:
+    """Channels of a linear-attention or Mamba layer's short convolution (0 when its facts are absent)."""
+    linear, mamba = arch.linear_attention, arch.mamba
+    if kind == "linear_attention" and linear:
+        return 2 * linear.key_heads * linear.key_head_dim + linear.value_heads * linear.value_head_dim
+    if kind == "mamba" and mamba:
+        return mamba.heads * mamba.head_dim + 2 * mamba.groups * mamba.state_size
+    return 0
 
 
 EMBED_BATCH = 32  # inputs the embedding runner passes through the model at once

@@ -15,6 +15,37 @@ class Location:
 
 
 @dataclass(frozen=True)
+class LinearAttention:
+    """Gated DeltaNet layers (Qwen3-Next): a convolution window and one recurrent state per sequence."""
+
+    key_heads: int
+    value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+
+    def config(self) -> dict:
+        return {"linear_num_key_heads": self.key_heads, "linear_num_value_heads": self.value_heads,
+                "linear_key_head_dim": self.key_head_dim, "linear_value_head_dim": self.value_head_dim,
+                "linear_conv_kernel_dim": self.conv_kernel}
+
+
+@dataclass(frozen=True)
+class Mamba:
+    """Mamba-2 layers (Granite 4.0-H): a convolution window and one SSM state per sequence."""
+
+    heads: int
+    head_dim: int
+    state_size: int
+    groups: int
+    conv_kernel: int
+
+    def config(self) -> dict:
+        return {"mamba_n_heads": self.heads, "mamba_d_head": self.head_dim, "mamba_d_state": self.state_size,
+                "mamba_n_groups": self.groups, "mamba_d_conv": self.conv_kernel}
+
+
+@dataclass(frozen=True)
 class Architecture:
     """Facts from config.json that drive memory estimates, detection checks and `/api/show`."""
 
@@ -36,7 +67,12 @@ class Architecture:
     moe_intermediate_size: int | None = None
     tie_word_embeddings: bool | None = None
     kv_lora_rank: int | None = None
+    q_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    linear_attention: LinearAttention | None = None
+    mamba: Mamba | None = None
     torch_dtype: str | None = None
     extra_config: tuple = field(default=(), compare=False)  # (key, value) pairs, written into config.json
 
@@ -76,14 +112,36 @@ class Architecture:
             "moe_intermediate_size": self.moe_intermediate_size,
             "tie_word_embeddings": self.tie_word_embeddings,
             "kv_lora_rank": self.kv_lora_rank,
+            "q_lora_rank": self.q_lora_rank,
             "qk_rope_head_dim": self.qk_rope_head_dim,
+            "qk_nope_head_dim": self.qk_nope_head_dim,
+            "v_head_dim": self.v_head_dim,
             "torch_dtype": self.torch_dtype,
         }
         config.update({k: v for k, v in optional.items() if v is not None})
+        for state in (self.linear_attention, self.mamba):
+            if state is not None:
+                config.update(state.config())
         if self.attention_pattern:
             config["layer_types"] = list(self.layer_types)
         config.update(dict(self.extra_config))
         return config
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    type: str
+    factor: float
+    original_context: int | None = None
+
+
+@dataclass(frozen=True)
+class Context:
+    """Tokens the model handles natively, and with RoPE scaling where its card says so."""
+
+    native: int
+    extended: int | None = None
+    rope_scaling: RopeScaling | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +161,7 @@ class Quantization:
     repo: str | None = None
     revision: str | None = None
     size_bytes: int | None = None
+    license: str | None = None
     verified: bool = True
     generated: Recipe | None = None
     location: Location | None = field(default=None, compare=False)
@@ -118,8 +177,11 @@ class Model:
     default_quantization: str
     quantizations: tuple[Quantization, ...]
     active_parameters: float | None = None
-    context_length: int | None = None
+    context: Context | None = None
     aliases: tuple[str, ...] = ()
+    license: str | None = None
+    sources: tuple[str, ...] = ()
+    verified: bool = True
     location: Location | None = field(default=None, compare=False)
 
     def quantization(self, name: str) -> Quantization | None:
@@ -139,7 +201,7 @@ class Sampling:
 class Embedding:
     """How an embedding model pools token states into one vector."""
 
-    pooling: str  # mean | cls | last
+    pooling: str  # mean | cls | last | checkpoint
     normalize: bool = True
     matryoshka: bool = False
 
@@ -154,13 +216,14 @@ class Family:
     loader: str
     abilities: tuple[str, ...]
     prompt_style: str
-    context_length: int
+    context: Context
     default_size: str
     models: tuple[Model, ...]
     sampling: Sampling = Sampling()
     aliases: tuple[str, ...] = ()
     trust_remote_code: bool = False
     verified: bool = True
+    sources: tuple[str, ...] = ()
     embedding: Embedding | None = None
     location: Location | None = field(default=None, compare=False)
 
@@ -229,5 +292,22 @@ class Entry:
         return f"{self.family.name}:{self.model.size}-{self.quantization.name}"
 
     @property
+    def context(self) -> Context:
+        return self.model.context or self.family.context
+
+    @property
     def context_length(self) -> int:
-        return self.model.context_length or self.family.context_length
+        """The context served by default: the native one (RoPE scaling is the user's choice, not ours)."""
+        return self.context.native
+
+    @property
+    def license(self) -> str:
+        return self.quantization.license or self.model.license or self.family.license
+
+    @property
+    def verified(self) -> bool:
+        return self.family.verified and self.model.verified and self.quantization.verified
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return self.model.sources + tuple(s for s in self.family.sources if s not in self.model.sources)

@@ -13,11 +13,23 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from .catalog import Catalog
 from .detect import UndetectableModel
+from .versions import CURRENT_SCHEMA_VERSION
 
 _ARCH_KEYS = [
     "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
     "intermediate_size", "vocab_size", "max_position_embeddings", "sliding_window", "moe_intermediate_size",
+    "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
 ]
+# fixed-state layers: the catalog's name -> (its field, config.json's key) pairs
+_STATE_KEYS = {
+    "linear_attention": [("key_heads", "linear_num_key_heads"), ("value_heads", "linear_num_value_heads"),
+                         ("key_head_dim", "linear_key_head_dim"), ("value_head_dim", "linear_value_head_dim"),
+                         ("conv_kernel", "linear_conv_kernel_dim")],
+    "mamba": [("heads", "mamba_n_heads"), ("head_dim", "mamba_d_head"), ("state_size", "mamba_d_state"),
+              ("groups", "mamba_n_groups"), ("conv_kernel", "mamba_d_conv")],
+}
+_LAYER_TYPES = {"full_attention": "full_attention", "attention": "full_attention",
+                "sliding_attention": "sliding_attention", "mamba": "mamba"}
 _EXPERT_KEYS = [("num_experts", "num_local_experts", "n_routed_experts"), ("num_experts_per_tok", "experts_per_token")]
 _DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "I64": 8, "I32": 4, "U32": 4, "I16": 2, "U16": 2,
                 "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
@@ -94,6 +106,12 @@ def scaffold(folder: Path, catalog: Catalog, family: str | None = None, repo: st
     arch.setdefault("num_key_value_heads", arch.get("num_attention_heads"))
     if isinstance(text.get("layer_types"), list):
         arch["attention_pattern"] = _flow(_cycle(text["layer_types"]))
+    elif isinstance(text.get("full_attention_interval"), int) and text["full_attention_interval"] > 1:
+        arch["attention_pattern"] = _flow(["linear_attention"] * (text["full_attention_interval"] - 1)
+                                          + ["full_attention"])
+    for name, keys in _STATE_KEYS.items():
+        if all(isinstance(text.get(key), int) for _, key in keys):
+            arch[name] = CommentedMap((field, text[key]) for field, key in keys)
     for names in _EXPERT_KEYS:
         value = next((text[n] for n in names if isinstance(text.get(n), int)), None)
         if value is not None:
@@ -126,6 +144,9 @@ def scaffold(folder: Path, catalog: Catalog, family: str | None = None, repo: st
 
     size = _size_tag(params, active)
     model = CommentedMap(size=size, parameters=params)
+    model["verified"] = False  # until its facts are compared with the upstream config.json and card
+    if repo:
+        model["sources"] = [f"https://huggingface.co/{repo}/blob/main/config.json"]  # block style: URLs in a flow list need quotes
     if moe:
         model["active_parameters"] = params  # placeholder: replace with the model card's active count
     model["architecture"] = arch
@@ -146,12 +167,12 @@ def scaffold(folder: Path, catalog: Catalog, family: str | None = None, repo: st
         loader=detected.loader,
         abilities=_flow(abilities if has_template or detected.kind == "embedding" else ["generate"]),
         prompt_style="embedding" if detected.kind == "embedding" else "chatml",
-        context_length=arch.get("max_position_embeddings", 4096),
+        context=_context(text, arch.get("max_position_embeddings", 4096)),
         default_size=size,
         verified=False,
         models=[model],
     )
-    doc = CommentedMap(schema_version=1, family=fam)
+    doc = CommentedMap(schema_version=CURRENT_SCHEMA_VERSION, family=fam)
     yaml = YAML()
     yaml.indent(mapping=2, sequence=4, offset=2)
     out = io.StringIO()
@@ -164,9 +185,24 @@ def scaffold(folder: Path, catalog: Catalog, family: str | None = None, repo: st
     return header + out.getvalue()
 
 
+def _context(config: dict, native: int) -> CommentedMap:
+    """config.json's context, and its RoPE scaling as configured (the model card says what it extends to)."""
+    context = CommentedMap(native=native)
+    rope = config.get("rope_scaling")
+    if not isinstance(rope, dict):
+        return context
+    kind, factor = rope.get("rope_type") or rope.get("type"), rope.get("factor")
+    if kind in ("yarn", "linear", "dynamic", "longrope", "llama3") and isinstance(factor, (int, float)) and factor > 1:
+        scaling = CommentedMap(type=kind, factor=factor)
+        if isinstance(rope.get("original_max_position_embeddings"), int):
+            scaling["original_context"] = rope["original_max_position_embeddings"]
+        context["rope_scaling"] = scaling
+    return context
+
+
 def _cycle(layer_types: list) -> list:
     """The shortest repeating pattern of a per-layer list (e.g. 5 sliding + 1 full)."""
-    mapped = [t if t in ("full_attention", "sliding_attention") else "linear_attention" for t in layer_types]
+    mapped = [_LAYER_TYPES.get(t, "linear_attention") for t in layer_types]
     for n in range(1, len(mapped) + 1):
         if all(mapped[i] == mapped[i % n] for i in range(len(mapped))):
             return mapped[:n]

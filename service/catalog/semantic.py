@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from .detect import UndetectableModel, detect, is_moe
 from .memory import bits_per_weight
-from .model import Entry, Family, Model, Quantization
+from .model import Context, Entry, Family, Model, Quantization
 from .problems import Problem
 from .resolve import spellings
 
@@ -79,6 +79,7 @@ def _family(catalog: Catalog, fam: Family, at: Locator) -> Iterator[Problem]:
     if fam.kind == "text" and {"vision", "audio"} & set(fam.abilities):
         yield at.problem(loc, ["kind"], "ability-kind",
                          "a family with vision or audio abilities must have kind `vision` or `audio`")
+    yield from _context(fam.context, loc, [], at)
     sizes = [m.size for m in fam.models]
     if fam.default_size not in sizes:
         yield at.problem(loc, ["default_size"], "unknown-default-size",
@@ -109,6 +110,21 @@ def _model(catalog: Catalog, fam: Family, model: Model, at: Locator) -> Iterator
     if "sliding_attention" in arch.attention_pattern and arch.sliding_window is None:
         yield at.problem(loc, ["architecture", "attention_pattern"], "sliding-window",
                          "sliding-attention layers need `sliding_window`")
+    for layer, state in (("linear_attention", arch.linear_attention), ("mamba", arch.mamba)):
+        if (layer in arch.attention_pattern) != (state is not None):
+            yield at.problem(loc, ["architecture", layer if state else "attention_pattern"], "layer-state",
+                             f"`{layer}` layers in `attention_pattern` and the `{layer}:` facts of their state "
+                             "(from config.json) go together: give both or neither")
+    if arch.kv_lora_rank and not arch.qk_rope_head_dim:
+        yield at.problem(loc, ["architecture", "kv_lora_rank"], "mla",
+                         "multi-head latent attention caches the latent and the rotary key part: give "
+                         "`qk_rope_head_dim` with `kv_lora_rank` (both in config.json)")
+    if model.context is not None:
+        yield from _context(model.context, loc, [], at)
+    if fam.verified and model.verified and not model.sources and any(q.repo for q in model.quantizations):
+        yield at.problem(loc, ["size"], "unverified-sources",
+                         f"size `{model.size}` is marked verified but cites no `sources`: list the config.json and "
+                         "model card its facts were compared with, or set `verified: false`")
     if arch.num_experts_per_tok and arch.num_experts and arch.num_experts_per_tok > arch.num_experts:
         yield at.problem(loc, ["architecture", "num_experts_per_tok"], "experts",
                          "num_experts_per_tok is larger than num_experts")
@@ -125,6 +141,17 @@ def _model(catalog: Catalog, fam: Family, model: Model, at: Locator) -> Iterator
         yield from _quantization(fam, model, quant, at)
 
 
+def _context(context: Context, loc, path: list, at: Locator) -> Iterator[Problem]:
+    where = path + ["context"]
+    if context.extended is not None and context.extended <= context.native:
+        yield at.problem(loc, where + ["extended"], "context",
+                         f"the extended context ({context.extended}) must be longer than the native one "
+                         f"({context.native})")
+    if context.extended is not None and context.rope_scaling is None:
+        yield at.problem(loc, where + ["extended"], "context",
+                         "an extended context needs the `rope_scaling` that reaches it (from the model card)")
+
+
 def _detection(catalog: Catalog, fam: Family, model: Model, at: Locator) -> Iterator[Problem]:
     if not catalog.detection.rules:
         return
@@ -134,6 +161,8 @@ def _detection(catalog: Catalog, fam: Family, model: Model, at: Locator) -> Iter
     except UndetectableModel as exc:
         yield at.problem(loc, ["architecture", "model_type"], "detection", str(exc))
         return
+    if fam.kind == "embedding" and found.kind == "text":
+        return  # a decoder used for embeddings (Qwen3-Embedding) has a text model's config: its catalog entry decides
     if (found.kind, found.loader) != (fam.kind, fam.loader):
         yield at.problem(loc, ["architecture", "model_type"], "detection",
                          f"detection rule `{found.rule}` types this checkpoint as {found.kind}/{found.loader}, but "

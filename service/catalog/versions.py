@@ -13,11 +13,34 @@ from .problems import Problem
 if TYPE_CHECKING:
     from .yamlio import Document
 
-CURRENT_SCHEMA_VERSION = 1
+CURRENT_SCHEMA_VERSION = 2
 
-Migration = Callable[[dict], None]
+Migration = Callable[["Document"], None]
+
+
+def _v1_to_v2(doc: Document) -> None:
+    """Format 2: `context_length: N` becomes `context: {native: N}` (format 2 also knows the extended context),
+    and a size counts as verified only with the `sources` its facts were checked against, which format 1 could
+    not say: every size that brings architecture facts is marked `verified: false`."""
+    data = doc.data
+    holders: list[tuple[tuple, dict]] = []
+    for top in ("family", "extends"):
+        if isinstance(data.get(top), dict):
+            holders.append(((top,), data[top]))
+            models = data[top].get("models")
+            for i, model in enumerate(models if isinstance(models, list) else []):
+                if isinstance(model, dict):
+                    holders.append(((top, "models", i), model))
+                    if "architecture" in model and "verified" not in model:
+                        model["verified"] = False
+    for path, holder in holders:
+        if "context_length" in holder:
+            holder["context"] = {"native": holder.pop("context_length")}
+            doc.moved[path + ("context",)] = path + ("context_length",)
+
+
 # version N -> function that upgrades a version-N document to N+1
-MIGRATIONS: dict[int, Migration] = {}
+MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2}
 
 
 def upgrade(doc: Document, current: int | None = None) -> list[Problem]:
@@ -45,7 +68,7 @@ def upgrade(doc: Document, current: int | None = None) -> list[Problem]:
                     f"catalog format {version} can no longer be read: rewrite the file for format {current}",
                 )
             ]
-        migrate(doc.data)
+        migrate(doc)
         version += 1
         doc.data["schema_version"] = version
     return []

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -107,9 +107,15 @@ class Document:
     file: str
     data: Any
     root: Any = None  # ruamel node tree; walked only when a problem needs a position
+    moved: dict[tuple, tuple] = field(default_factory=dict)  # a migration's new key path -> where it was written
 
     def position(self, path) -> Position:
         """Position of the deepest node on `path` that has one: a collection by its key, a scalar by its value."""
+        path = tuple(path)
+        for new, old in sorted(self.moved.items(), key=lambda item: -len(item[0])):
+            if path[:len(new)] == new:
+                path = old + path[len(new):]
+                break
         node, where = self.root, (1, 1)
         if node is None:
             return where

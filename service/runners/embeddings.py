@@ -93,7 +93,7 @@ class EmbeddingRunner(SerialRunner):
         mask = mx.array([[1] * len(row) + [0] * (width - len(row)) for row in batch])
         out = self.model(ids, attention_mask=mask)
         spec = self.spec.embedding
-        if spec is None:  # outside the catalog: the checkpoint's own pooling (its 1_Pooling config)
+        if spec is None or spec.pooling == "checkpoint":  # its own pipeline: 1_Pooling, dense layers, normalising
             return out.text_embeds
         pooled = _pool(out.last_hidden_state, mask, spec.pooling)
         if spec.normalize:
