@@ -146,7 +146,8 @@ def scaffold(folder: Path, catalog: Catalog, family: str | None = None, repo: st
     model = CommentedMap(size=size, parameters=params)
     model["verified"] = False  # until its facts are compared with the upstream config.json and card
     if repo:
-        model["sources"] = [f"https://huggingface.co/{repo}/blob/main/config.json"]  # block style: URLs in a flow list need quotes
+        # block style: in a flow list ([...]) a URL's colon needs quotes
+        model["sources"] = [f"https://huggingface.co/{repo}/blob/main/config.json"]
     if moe:
         model["active_parameters"] = params  # placeholder: replace with the model card's active count
     model["architecture"] = arch
