@@ -100,3 +100,24 @@ def test_truncated_files_orphans_and_foreign_classes_are_never_used(tmp_path, ca
     metadata = {"0": "{}", "1.0": "os", "2.0": ""}  # names a class that is not a KV cache
     with pytest.raises(ValueError, match="unknown cache class"):
         disk_cache._prompt_cache(arrays, metadata)
+
+
+def test_a_writer_that_falls_behind_skips_caches_instead_of_holding_them(tmp_path, monkeypatch):
+    import threading
+
+    import mlx_lm.models.cache as mlx_cache
+
+    from service.runners.disk_cache import MAX_PENDING, DiskPromptCache
+
+    release, save = threading.Event(), mlx_cache.save_prompt_cache
+    monkeypatch.setattr(mlx_cache, "save_prompt_cache", lambda *a, **k: (release.wait(30), save(*a, **k)))
+    disk = DiskPromptCache(tmp_path, "model-a", max_bytes=1 << 30)
+    for i in range(10):
+        disk.store([i] * 300, _kv_cache(300))
+        assert disk._writes.qsize() <= MAX_PENDING  # never more finished caches held than this
+    skipped = disk.counts["disk_skipped"]
+    assert skipped >= 10 - 1 - MAX_PENDING
+    release.set()
+    disk.flush()
+    assert disk.counts["disk_writes"] == 10 - skipped == len(list(tmp_path.glob("*.safetensors")))
+    disk.close()

@@ -60,7 +60,8 @@ async def stats(request: Request):
             if "disk_hits" in runner:
                 row.setdefault("prefix_cache", {})["disk"] = {
                                                "hits": runner["disk_hits"], "misses": runner["disk_misses"],
-                                               "writes": runner["disk_writes"], "dropped": runner["disk_dropped"],
+                                               "writes": runner["disk_writes"], "skipped": runner["disk_skipped"],
+                                               "dropped": runner["disk_dropped"],
                                                "bytes": runner["disk_bytes"]}
         models.append(row)
     return {"process": {"rss_bytes": rss_bytes(), "mlx": mlx_memory()}, "models": models,

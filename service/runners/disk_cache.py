@@ -26,6 +26,7 @@ from typing import Any
 
 log = logging.getLogger("mlx_service.disk_cache")
 MIN_TOKENS = 256  # shorter prompts recompute faster than a file is read
+MAX_PENDING = 4  # finished caches waiting for the writer: when it is behind, more are skipped, not held in memory
 
 
 @dataclass
@@ -46,8 +47,8 @@ class DiskPromptCache:
         self._lock = threading.Lock()
         self._entries: dict[tuple[int, ...], _Entry] = self._read_index()
         self._writes: queue.Queue = queue.Queue()
-        self.counts = {"disk_hits": 0, "disk_misses": 0, "disk_writes": 0, "disk_dropped": 0, "disk_read_bytes": 0,
-                       "disk_read_ms": 0}
+        self.counts = {"disk_hits": 0, "disk_misses": 0, "disk_writes": 0, "disk_skipped": 0, "disk_dropped": 0,
+                       "disk_read_bytes": 0, "disk_read_ms": 0}
         self._thread = threading.Thread(target=self._writer, name=f"disk cache {self.key}", daemon=True)
         self._thread.start()
 
@@ -65,8 +66,8 @@ class DiskPromptCache:
 
         started = time.perf_counter()
         try:
-            arrays, metadata = _load(self.folder / best.file)
-            if _checksum(arrays, metadata) != best.checksum:
+            arrays, metadata, checksum = _load(self.folder / best.file)
+            if checksum != best.checksum:
                 raise ValueError("its checksum does not match")
             cache = _prompt_cache(arrays, metadata)
             if common < len(best.tokens):
@@ -88,12 +89,16 @@ class DiskPromptCache:
 
     # ---- writing (its own thread) -------------------------------------------------------------------------
     def store(self, tokens: list[int], cache: list) -> None:
-        """Queue a finished prompt's cache for writing; returns at once."""
+        """Queue a finished prompt's cache for writing; returns at once. A cache arriving while the writer is
+        behind by MAX_PENDING is skipped (counted): each one held is a whole KV cache of memory."""
         if len(tokens) < MIN_TOKENS or self.max_bytes <= 0:
             return
         with self._lock:
             if tuple(tokens) in self._entries:
                 return
+        if self._writes.qsize() >= MAX_PENDING:
+            self.counts["disk_skipped"] += 1
+            return
         self._writes.put((tuple(tokens), cache))
 
     def _writer(self) -> None:
@@ -112,7 +117,7 @@ class DiskPromptCache:
             try:
                 save_prompt_cache(str(partial), cache, metadata={"model": self.key})
                 os.replace(partial, path)  # a crash mid-write never leaves a file that looks complete
-                entry = _Entry(tokens, name, path.stat().st_size, _checksum(*_load(path)), time.time())
+                entry = _Entry(tokens, name, path.stat().st_size, _load(path)[2], time.time())
             except Exception as exc:
                 log.warning("could not write a prefix-cache file: %s", exc)
                 partial.unlink(missing_ok=True)
@@ -196,22 +201,19 @@ def _common(a: tuple[int, ...], b: list[int]) -> int:
     return n
 
 
-def _load(path: Path) -> tuple[dict, dict]:
+def _load(path: Path) -> tuple[dict, dict, str]:
+    """The file's arrays and metadata, and their checksum: each array is hashed while the next ones load."""
     import mlx.core as mx
-
-    arrays, metadata = mx.load(str(path), return_metadata=True)
-    mx.eval(list(arrays.values()))
-    return arrays, metadata
-
-
-def _checksum(arrays: dict, metadata: dict) -> str:
     import xxhash
 
+    arrays, metadata = mx.load(str(path), return_metadata=True)
+    names = sorted(arrays)
+    mx.async_eval([arrays[name] for name in names])
     digest = xxhash.xxh3_128(json.dumps(metadata, sort_keys=True).encode())
-    for name in sorted(arrays):
+    for name in names:
         digest.update(f"{name}:{arrays[name].dtype}:{arrays[name].shape}".encode())
-        digest.update(memoryview(arrays[name]))
-    return digest.hexdigest()
+        digest.update(memoryview(arrays[name]))  # waits for this array only
+    return arrays, metadata, digest.hexdigest()
 
 
 def _prompt_cache(arrays: dict, metadata: dict) -> list:
