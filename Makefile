@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 OPENBLAS := $(firstword $(wildcard /usr/lib/*/openblas-pthread/libopenblas.so.0 /usr/lib/*/libopenblas.so.0))
 BENCH_ENV := $(if $(OPENBLAS),LD_PRELOAD=$(OPENBLAS))
 
-.PHONY: setup run test lint bench soak clean
+.PHONY: setup browser run test lint bench soak clean
 
 setup: $(STAMP)
 
@@ -23,7 +23,19 @@ lint: setup
 	tools/catalog lint
 	$(VENV)/bin/ruff check service tests bench
 
-test: setup
+# The web UI's tests drive the system's headless chromium: installed when missing where we may (root or sudo -n,
+# apt-get); elsewhere those tests are skipped with a message saying what to install.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  sudo=$$( [ "$$(id -u)" = 0 ] && echo "" || { sudo -n true 2>/dev/null && echo "sudo -n"; } || echo none ); \
+	  if [ "$$sudo" != none ] && command -v apt-get >/dev/null; then \
+	    echo "installing chromium and chromium-driver for the web UI tests"; \
+	    $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 || \
+	    { $$sudo apt-get update -qq >/dev/null 2>&1 && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1; } || \
+	    echo "could not install chromium and chromium-driver: the web UI tests will be skipped"; \
+	  else echo "no chromium/chromedriver and no way to install them (root or sudo, apt-get): the web UI tests will be skipped"; fi; }
+
+test: setup browser
 	tools/catalog lint
 	$(PY) -m pytest -q
 

@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import math
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -172,6 +173,7 @@ class ModelManager:
         self.events = EventLog()
         self.failed: dict[str, str] = {}  # models whose last load failed: the error, until a load succeeds
         self.pulls: dict[str, dict] = {}  # running pulls (HTTP): their latest progress
+        self.pull_cancels: dict[str, threading.Event] = {}  # ... and how to stop each (DELETE /api/pull)
         self._rebuilding: dict[str, asyncio.Task] = {}  # models whose runner is being rebuilt for new settings
         self.models: dict[str, Served] = {}
         self._names: dict[str, str] = {}  # request spellings already resolved to a loaded model's name

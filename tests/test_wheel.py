@@ -1,4 +1,4 @@
-"""A wheel built by `pip install .` (not editable) carries the built-in catalog and schema and finds them."""
+"""A wheel built by `pip install .` (not editable) carries the built-in catalog, schema and web UI and finds them."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ def test_wheel_carries_and_finds_catalog(tmp_path):
     assert "service/_data/schemas/catalog.schema.json" in names
     assert "service/_data/catalog/families/qwen3.yaml" in names
     assert "service/_data/catalog/detection.yaml" in names
+    assert {"service/ui/index.html", "service/ui/app.js", "service/ui/style.css"} <= set(names)  # the web UI
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)
     code = ("import service.catalog as c, service.catalog.paths as p; "

@@ -20,12 +20,17 @@ from ..config import Settings
 from ..errors import BadRequest, NotFound, ServiceError, Unauthorized
 from ..manager import ModelManager
 from ..runners import Registry
-from . import anthropic, audio, hub, metrics, ollama, openai, ops
+from . import anthropic, audio, browse, hub, metrics, ollama, openai, ops
 from .errors import error_response, request_id
 from .metrics import RequestCounts
 
 log = logging.getLogger("mlx_service")
-OPEN_PATHS = {"/"}
+OPEN_PATHS = {"/", "/ui"}
+
+
+def _open(path: str) -> bool:
+    """What needs no key: Ollama's liveness answer and the UI's static files (every data call they make does)."""
+    return path in OPEN_PATHS or path.startswith("/ui/")
 
 
 def _authorized(request: Request, keys: list[str]) -> bool:
@@ -53,7 +58,7 @@ class Guard:
         rid = request_id(request)
         try:
             keys = self.settings.keys
-            if keys and scope["path"] not in OPEN_PATHS and not _authorized(request, keys):
+            if keys and not _open(scope["path"]) and not _authorized(request, keys):
                 raise Unauthorized("invalid or missing API key: send `Authorization: Bearer <key>` or "
                                    "`x-api-key: <key>`")
         except ServiceError as exc:
@@ -149,4 +154,6 @@ def create_app(settings: Settings, catalog: Catalog | None = None, preload: str 
     app.include_router(ops.router)
     app.include_router(metrics.router)
     app.include_router(hub.router)
+    app.include_router(browse.router)
+    browse.mount_ui(app)
     return app

@@ -10,11 +10,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
-from ..errors import BadRequest, ServiceError
+from ..errors import BadRequest, NotFound, ServiceError
 from ..hub import store
 from .common import json_body, parse_body
 from .errors import OLLAMA
-from .schemas import NDJSON, PullStatus, documented
+from .schemas import NDJSON, Cancelled, PullStatus, documented
 
 router = APIRouter()
 
@@ -52,6 +52,8 @@ async def pull(request: Request):
                                "total": event.get("total", 0)}
         loop.call_soon_threadsafe(events.put_nowait, event)
 
+    manager.pull_cancels[name] = cancel
+
     def work():
         manager.events.record("pull_started", name)
         try:
@@ -61,6 +63,8 @@ async def pull(request: Request):
             raise
         finally:
             manager.pulls.pop(name, None)
+            if manager.pull_cancels.get(name) is cancel:
+                del manager.pull_cancels[name]
         manager.events.record("pull_finished", name)
         return path
 
@@ -102,6 +106,22 @@ async def pull(request: Request):
             cancel.set()  # a client that goes away cancels its pull (the partial files stay, for resume)
 
     return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+class CancelRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str = ""
+
+
+@router.delete("/api/pull", openapi_extra=json_body(CancelRequest), responses=documented(OLLAMA, Cancelled))
+async def cancel_pull(request: Request):
+    """Stop a running pull, whoever started it (the web UI's cancel button); its partial files stay, for resume."""
+    body = await parse_body(request, CancelRequest)
+    cancel = request.app.state.manager.pull_cancels.get(body.model.strip())
+    if cancel is None:
+        raise NotFound(f"no pull of {body.model!r} is running")
+    cancel.set()
+    return {"cancelled": True}
 
 
 class DeleteRequest(BaseModel):

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict
 
 from .. import __version__
@@ -293,9 +293,13 @@ async def embeddings_legacy(request: Request):
     return JSONResponse({"embedding": done.result.vectors[0]})
 
 
-@router.get("/", responses=documented(OLLAMA, also=("text/plain",)))
+@router.get("/", responses={**documented(OLLAMA, also=("text/plain",)),
+                            307: {"description": "A browser asking for a page is sent to the web UI, /ui/"}})
 @router.head("/", include_in_schema=False)
-async def root():
+async def root(request: Request):
+    """Ollama's liveness answer, except for a browser asking for a page: it gets the web UI."""
+    if "text/html" in request.headers.get("accept", ""):
+        return RedirectResponse("/ui/", status_code=307)
     return PlainTextResponse("Ollama is running")
 
 

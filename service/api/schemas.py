@@ -282,6 +282,10 @@ class Cleared(_Open):
     cleared: bool
 
 
+class Cancelled(_Open):
+    cancelled: bool
+
+
 SSE, NDJSON = ("text/event-stream",), ("application/x-ndjson",)
 _STREAMED = {"text/event-stream": {"type": "object", "required": ["data"],  # each server-sent event
                                    "properties": {"event": {"type": "string"}, "data": {"type": "string"}}},
