@@ -121,3 +121,26 @@ def test_a_writer_that_falls_behind_skips_caches_instead_of_holding_them(tmp_pat
     disk.flush()
     assert disk.counts["disk_writes"] == 10 - skipped == len(list(tmp_path.glob("*.safetensors")))
     disk.close()
+
+
+def test_a_prompt_finished_inside_a_batch_is_written_while_another_stream_decodes(models_dir, tmp_path):
+    """A batch hands out a finished sequence's cache as lazy slices on the runner's stream: they are computed
+    before the writer thread gets them (it could not, and would wait for ever)."""
+    import threading
+
+    with Server(models_dir, cache_dir=str(tmp_path / "c")) as srv:
+        busy = threading.Thread(target=lambda: httpx.post(srv.url + "/v1/chat/completions", timeout=120, json={
+            "model": "tiny", "messages": [{"role": "user", "content": "go"}], "max_tokens": 1500,
+            "ignore_eos": True}))
+        busy.start()
+        assert srv.wait(lambda: srv.manager.models.get("tiny:s-f32") is not None
+                        and srv.manager.models["tiny:s-f32"].runner.stats().get("running") == 1, timeout=30)
+        _ask(srv)  # joins the running stream's batch
+        runner = srv.manager.models["tiny:s-f32"].runner
+        assert runner.stats()["peak_running"] == 2
+        assert srv.wait(lambda: runner.stats()["disk_writes"] == 1, timeout=30)  # while the other still decodes
+        assert busy.is_alive()
+        busy.join()
+        runner.disk_cache.flush()
+        assert runner.stats()["disk_writes"] == 2  # and the long stream's own cache once it ended
+        assert len(list((tmp_path / "c" / "prefix").glob("*.safetensors"))) == 2

@@ -88,18 +88,24 @@ class DiskPromptCache:
         return cache, common
 
     # ---- writing (its own thread) -------------------------------------------------------------------------
+    def wants(self, tokens: int) -> bool:
+        """Whether a prompt of this many tokens would be written now (the caller prepares only those). A cache
+        arriving while the writer is behind by MAX_PENDING is skipped (counted): each one held is a whole KV
+        cache of memory."""
+        if tokens < MIN_TOKENS or self.max_bytes <= 0:
+            return False
+        if self._writes.qsize() >= MAX_PENDING:
+            self.counts["disk_skipped"] += 1
+            return False
+        return True
+
     def store(self, tokens: list[int], cache: list) -> None:
-        """Queue a finished prompt's cache for writing; returns at once. A cache arriving while the writer is
-        behind by MAX_PENDING is skipped (counted): each one held is a whole KV cache of memory."""
-        if len(tokens) < MIN_TOKENS or self.max_bytes <= 0:
-            return
+        """Queue a finished prompt's cache (its arrays evaluated) for writing; returns at once."""
         with self._lock:
             if tuple(tokens) in self._entries:
                 return
-        if self._writes.qsize() >= MAX_PENDING:
-            self.counts["disk_skipped"] += 1
-            return
-        self._writes.put((tuple(tokens), cache))
+        if self.wants(len(tokens)):
+            self._writes.put((tuple(tokens), cache))
 
     def _writer(self) -> None:
         from mlx_lm.models.cache import save_prompt_cache
