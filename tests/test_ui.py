@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import httpx
@@ -269,3 +270,81 @@ def test_with_api_keys_the_page_asks_for_a_key_once_and_refuses_a_wrong_one(page
         tab(driver, "machine")  # further views use the kept key: no second question
         wait_for(driver, lambda d: d.find_element(By.ID, "no-pulls").is_displayed(), "the machine view loads")
         assert not shown(driver, "#key-dialog")
+
+
+def test_a_pull_started_elsewhere_shows_its_progress_and_can_be_cancelled(page, tmp_path):
+    from service.hub import store
+    from service.hub.pull import Puller
+
+    from .fakehub import FakeHub, Repo
+
+    driver, _ = page
+    config = json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}).encode()
+    with FakeHub() as fake:
+        fake.repos["org/slow"] = Repo({"config.json": config, "model.safetensors": os.urandom(4 << 20)})
+        fake.faults.stall["model.safetensors"] = 5.0  # half the weights, then nothing for 5 s
+        store.use_puller(Puller(cache_dir=tmp_path / "hf", endpoint=fake.url, offline=False))
+        try:
+            with serving(driver, tmp_path / "models") as srv:
+                lines: list[dict] = []
+
+                def other_client():
+                    with httpx.stream("POST", srv.url + "/api/pull", json={"model": "org/slow"}, timeout=60) as r:
+                        lines.extend(json.loads(line) for line in r.iter_lines() if line)
+
+                pulling = threading.Thread(target=other_client)
+                pulling.start()
+                driver.get(srv.url + "/ui/#machine")
+                item = '#pulls li[data-model="org/slow"]'
+                wait_for(driver, lambda d: "MiB of 4.0 MiB" in text(d, item), "the pull's progress shows")
+                assert float(shown(driver, item + " progress").get_attribute("value")) > 0
+                screenshot(driver, "pull")
+                click(driver, item + " button", "the Cancel button")
+                pulling.join(timeout=30)
+                assert not pulling.is_alive() and "cancelled" in lines[-1]["error"]
+                wait_for(driver, lambda d: not d.find_elements(By.CSS_SELECTOR, item), "the pull leaves the list")
+                assert "org/slow" not in [m["name"] for m in httpx.get(srv.url + "/api/tags").json()["models"]]
+        finally:
+            store.use_puller(None)
+
+
+def test_the_playground_shows_thinking_apart_and_tool_calls(page, srv):
+    driver, _ = page
+    driver.get(srv.url + "/ui/#playground")
+    wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, '#chat-model option[value="tiny-r1:s-f32"]'),
+             "the models can be chosen")
+    Select(driver.find_element(By.ID, "chat-model")).select_by_value("tiny-r1:s-f32")  # thinks from the start
+    erase(driver.find_element(By.ID, "chat-temperature"))
+    driver.find_element(By.ID, "chat-temperature").send_keys("0")  # greedy, so every run sees the same reply
+    erase(driver.find_element(By.ID, "chat-max-tokens"))
+    driver.find_element(By.ID, "chat-max-tokens").send_keys("12")
+    driver.find_element(By.ID, "chat-input").send_keys("why?")
+    driver.find_element(By.ID, "chat-send").click()
+    wait_for(driver, lambda d: "12 generated" in d.find_element(By.ID, "chat-usage").text, "the reply ends")
+    thinking = driver.find_element(By.CSS_SELECTOR, ".msg.assistant details pre").get_attribute("textContent")
+    assert thinking and driver.find_element(By.CSS_SELECTOR, ".msg.assistant details summary").text == "Thinking"
+
+    driver.find_element(By.ID, "chat-clear").click()
+    driver.find_element(By.CSS_SELECTOR, "#chat-more summary").click()
+    Select(driver.find_element(By.ID, "chat-model")).select_by_value("tiny-qwen3:s-f32")
+    Select(driver.find_element(By.ID, "chat-reasoning")).select_by_value("none")
+    tools = driver.find_element(By.ID, "chat-tools")
+    tools.send_keys("[not json")
+    driver.find_element(By.ID, "chat-input").send_keys("what time is it?")
+    driver.find_element(By.ID, "chat-send").click()
+    assert "Tools are not JSON" in driver.find_element(By.ID, "chat-usage").text  # said, and nothing sent
+    assert not driver.find_elements(By.CSS_SELECTOR, ".msg")
+    erase(tools)
+    tools.send_keys(json.dumps([{"type": "function", "function": {
+        "name": "get_time", "parameters": {"type": "object", "properties": {}}}}]))
+    Select(driver.find_element(By.ID, "chat-tool-choice")).select_by_value("required")
+    erase(driver.find_element(By.ID, "chat-max-tokens"))
+    driver.find_element(By.ID, "chat-max-tokens").send_keys("100")
+    driver.find_element(By.ID, "chat-send").click()
+    call = wait_for(driver, lambda d: shown(d, ".msg.assistant pre.tool-call"), "the tool call shows")
+    assert call.text == "tool call: get_time({})"
+    python = driver.find_element(By.ID, "snippet-python").get_attribute("textContent")
+    request = json.loads(python.split("json.loads(r\'\'\'", 1)[1].split("\'\'\')", 1)[0])
+    assert request["tool_choice"] == "required" and request["reasoning_effort"] == "none"
+    assert request["tools"][0]["function"]["name"] == "get_time"
+    screenshot(driver, "playground-tools")

@@ -233,16 +233,16 @@ async function startPull(tag) {
         state.completed = event.overall_completed ?? state.completed;
         state.total = event.overall_total ?? state.total;
         state.samples.push([performance.now(), state.completed]);
-        renderPulls([]);
+        renderPulls();
       }
     }
     pulls.delete(tag);
   } catch (error) {
     state.error = error.name === "AbortError" ? "cancelled" : error.message;
     state.status = "stopped";
-    setTimeout(() => { pulls.delete(tag); renderPulls([]); }, 8000);
+    setTimeout(() => { pulls.delete(tag); renderPulls(); }, 8000);
   }
-  renderPulls([]);
+  renderPulls();
   if (current() === "tab-machine") refreshMachine().catch((e) => notice(e.message));
   catalog = null;
 }
@@ -261,9 +261,26 @@ function speed(samples) {
   return t1 > t0 ? ((c1 - c0) * 1000) / (t1 - t0) : 0;
 }
 
-function renderPulls(others) {
+// Pulls started elsewhere (another client, another tab) as /api/stats reports them, with their progress samples.
+let elsewhere = [];
+const elsewhereSamples = new Map();
+
+function watchElsewhere(running) {
+  const now = performance.now();
+  for (const model of [...elsewhereSamples.keys()]) if (!running.some((p) => p.model === model)) elsewhereSamples.delete(model);
+  for (const p of running) {
+    const samples = elsewhereSamples.get(p.model) || [];
+    samples.push([now, p.completed]);
+    elsewhereSamples.set(p.model, samples.slice(-30));
+  }
+  elsewhere = running;
+}
+
+function renderPulls() {
   const items = [...pulls.entries()].map(([model, p]) => ({ model, ...p }));
-  for (const other of others) if (!pulls.has(other.model)) items.push({ ...other, samples: [] });
+  for (const other of elsewhere) {
+    if (!pulls.has(other.model)) items.push({ ...other, samples: elsewhereSamples.get(other.model) || [] });
+  }
   $("no-pulls").hidden = items.length > 0;
   $("pulls").replaceChildren(...items.map((p) => {
     const rate = speed(p.samples);
@@ -282,7 +299,8 @@ function renderPulls(others) {
 
 async function refreshMachine() {
   const [tags, stats] = await Promise.all([getJSON("/api/tags"), getJSON("/api/stats")]);
-  renderPulls(stats.pulls || []);
+  watchElsewhere(stats.pulls || []);
+  renderPulls();
   $("downloaded-table").tBodies[0].replaceChildren(...tags.models.map((m) => el("tr", { "data-model": m.name },
     el("td", {}, el("strong", {}, m.name), el("span", { class: "desc" },
       [m.details.family, m.details.parameter_size, m.details.quantization_level].filter(Boolean).join(" · "))),
@@ -463,15 +481,27 @@ function readImage(file) {
   });
 }
 
-function chatBody() {
+function chatTools() {
+  const text = $("chat-tools").value.trim();
+  if (!text) return null;
+  let tools;
+  try { tools = JSON.parse(text); } catch (error) { throw new Error(`Tools are not JSON: ${error.message}`); }
+  if (!Array.isArray(tools)) throw new Error("Tools must be a JSON array of {\"type\": \"function\", ...} objects.");
+  return tools;
+}
+
+function chatBody(tools) {
   const stop = $("chat-stop").value.split(",").map((s) => s.trim()).filter(Boolean);
   const system = $("chat-system").value.trim();
+  const reasoning = $("chat-reasoning").value;
   return {
     model: $("chat-model").value,
     messages: [...(system ? [{ role: "system", content: system }] : []), ...conversation],
     temperature: Number($("chat-temperature").value),
     max_tokens: Number($("chat-max-tokens").value),
     ...(stop.length ? { stop } : {}),
+    ...(reasoning ? { reasoning_effort: reasoning } : {}),
+    ...(tools ? { tools, tool_choice: $("chat-tool-choice").value } : {}),
     stream: true,
     stream_options: { include_usage: true },
   };
@@ -483,8 +513,12 @@ function showSnippet(body) {
   const json = JSON.stringify(plain, null, 2);
   $("snippet-curl").textContent = `curl ${location.origin}/v1/chat/completions \\\n  -H "Content-Type: application/json" \\\n` +
     (sessionStorage.getItem(KEY) ? `  -H "Authorization: Bearer $MLX_SERVICE_API_KEY" \\\n` : "") + `  -d '${json.replaceAll("'", "'\\''")}'`;
-  $("snippet-python").textContent = `from openai import OpenAI\n\nclient = OpenAI(base_url="${location.origin}/v1", api_key="${sessionStorage.getItem(KEY) ? "YOUR_KEY" : "unused"}")\n` +
-    `response = client.chat.completions.create(**${JSON.stringify(plain, null, 4).replaceAll("true", "True").replaceAll("false", "False").replaceAll("null", "None")})\nprint(response.choices[0].message.content)`;
+  const quoted = JSON.stringify(plain, null, 4).replaceAll("'", "\\u0027"); // no quote ends Python's raw string
+  const key = sessionStorage.getItem(KEY) ? "YOUR_KEY" : "unused";
+  $("snippet-python").textContent = `import json\n\nfrom openai import OpenAI\n\n` +
+    `client = OpenAI(base_url="${location.origin}/v1", api_key="${key}")\n` +
+    `request = json.loads(r'''${quoted}''')\nresponse = client.chat.completions.create(**request)\n` +
+    `print(response.choices[0].message)`;
 }
 
 function messageView(role, text, image) {
@@ -497,6 +531,9 @@ function messageView(role, text, image) {
 $("chat-form").addEventListener("submit", async () => {
   const text = $("chat-input").value.trim();
   if (!text || streaming) return;
+  let tools;
+  try { tools = chatTools(); } catch (error) { $("chat-usage").textContent = error.message; $("chat-usage").className = "error"; return; }
+  $("chat-usage").className = "muted";
   const file = $("chat-image").files[0];
   const image = file && !$("image-label").hidden ? await readImage(file) : null;
   const content = image ? [{ type: "text", text }, { type: "image_url", image_url: { url: image } }] : text;
@@ -504,7 +541,7 @@ $("chat-form").addEventListener("submit", async () => {
   messageView("user", text, image);
   $("chat-input").value = "";
   $("chat-image").value = "";
-  const body = chatBody();
+  const body = chatBody(tools);
   showSnippet(body);
   const view = messageView("assistant", "");
   view.node.setAttribute("aria-busy", "true");
@@ -547,7 +584,7 @@ $("chat-form").addEventListener("submit", async () => {
           thinking.textContent += delta.reasoning_content;
         }
         for (const call of delta.tool_calls || []) {
-          calls[call.index] = calls[call.index] || { name: "", arguments: "" };
+          calls[call.index] = calls[call.index] || { id: call.id, name: "", arguments: "" };
           if (call.function && call.function.name) calls[call.index].name = call.function.name;
           if (call.function && call.function.arguments) calls[call.index].arguments += call.function.arguments;
         }
@@ -557,8 +594,10 @@ $("chat-form").addEventListener("submit", async () => {
         }
       }
     }
-    for (const call of calls.filter(Boolean)) view.node.append(el("pre", { class: "tool-call" }, `tool call: ${call.name}(${call.arguments})`));
-    conversation.push({ role: "assistant", content: answer });
+    const made = calls.filter(Boolean);
+    for (const call of made) view.node.append(el("pre", { class: "tool-call" }, `tool call: ${call.name}(${call.arguments})`));
+    conversation.push({ role: "assistant", content: answer,
+      ...(made.length ? { tool_calls: made.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } })) } : {}) });
     const elapsed = (performance.now() - started) / 1000;
     if (usage) {
       const decode = first ? (performance.now() - first) / 1000 : elapsed;
