@@ -262,9 +262,10 @@ def start_peer(path: Path, env: dict) -> tuple[subprocess.Popen, str]:
     return proc, url
 
 
-def start_service(tag: str, models_dir: Path, env: dict) -> tuple[subprocess.Popen, str]:
+def start_service(tag: str, models_dir: Path, env: dict,
+                  launcher: tuple[str, ...] = ("-m", "service.cli")) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--models-dir",
+    proc = subprocess.Popen([sys.executable, *launcher, "serve", "--port", str(port), "--models-dir",
                              str(models_dir), "--catalog-path", str(HERE / "catalog"), "--default-model", tag],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"

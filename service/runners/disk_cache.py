@@ -2,8 +2,9 @@
 found again after an unload or a restart.
 
 Writes happen on a thread of their own, never on the decode path: the runner hands over a finished job's cache
-(which nothing mutates any more) and goes on; the thread runs at a lower CPU priority where the OS allows it, so
-decoding streams keep their cores. Each file is named by a digest of the model key (the checkpoint's name, folder
+(which nothing mutates any more) and goes on. The thread runs at normal priority on purpose: niced, it was
+descheduled while holding the GIL and stalled the runner behind it (8 streams decoding during spills: 0.93x
+niced, 0.97x not; bench/spill.py). Each file is named by a digest of the model key (the checkpoint's name, folder
 and weights' size and time, so another revision never matches) and its tokens. Its checksum is an XXH3-128 of the
 arrays and metadata as loaded, so a read is one pass over the file plus a hash at memory speed (a SHA-256 of the
 file's bytes cost more than the read itself); a corrupt or truncated file is dropped with a warning and the
@@ -12,7 +13,6 @@ prompt recomputed. The tier is capped in bytes, least recently used first out; `
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -110,8 +110,6 @@ class DiskPromptCache:
     def _writer(self) -> None:
         from mlx_lm.models.cache import save_prompt_cache
 
-        with contextlib.suppress(AttributeError, OSError):  # Linux: a thread is a task with its own nice value
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
         while (item := self._writes.get()) is not None:
             tokens, cache = item
             if tokens is None:  # flush(): everything queued before it is written
