@@ -46,6 +46,9 @@ bench: setup
 	$(BENCH_ENV) $(PY) bench/concurrency.py
 	$(BENCH_ENV) $(PY) bench/structured.py
 	$(BENCH_ENV) $(PY) bench/kinds.py
+	$(BENCH_ENV) $(PY) bench/prefix_disk.py
+	$(BENCH_ENV) $(PY) bench/spill.py
+	$(BENCH_ENV) $(PY) bench/metrics_cost.py
 	$(PY) bench/pull.py
 
 soak: setup  # 30 minutes of mixed traffic, RSS sampled (bench/soak.py --minutes N for less)
