@@ -73,6 +73,11 @@ def text(driver, selector: str) -> str:
     return element.text if element is not None else ""
 
 
+def names(srv, path: str) -> list[str]:
+    """The models `path` (/api/tags: on disk, /api/ps: loaded) lists, as the API says."""
+    return [m["name"] for m in httpx.get(srv.url + path).json()["models"]]
+
+
 def click(driver, selector: str, message: str) -> None:
     """Click the (displayed) element `selector`, looked up afresh each try: a redraw may replace it mid-click."""
     wait_for(driver, lambda d: (element := shown(d, selector)) is not None and element.click() is None, message)
@@ -162,14 +167,14 @@ def test_a_pull_shows_progress_ends_in_the_downloaded_list_and_can_be_deleted(pa
     seen = driver.execute_script("return window.seen")
     assert any("tiny:s-f32" in s and "building generated model" in s for s in seen), seen
     assert driver.find_element(By.ID, "view-machine").is_displayed()
-    assert "tiny:s-f32" in [m["name"] for m in httpx.get(srv.url + "/api/tags").json()["models"]]
+    assert "tiny:s-f32" in names(srv, "/api/tags")
     screenshot(driver, "machine")
 
     driver.execute_script("window.confirm = () => true")
     click(driver, '#downloaded-table tr[data-model="tiny:s-f32"] button.danger', "the Delete button")
     wait_for(driver, lambda d: not d.find_elements(By.CSS_SELECTOR, '#downloaded-table tr[data-model="tiny:s-f32"]'),
              "the deleted model leaves the list")
-    assert "tiny:s-f32" not in [m["name"] for m in httpx.get(srv.url + "/api/tags").json()["models"]]
+    assert "tiny:s-f32" not in names(srv, "/api/tags")
 
 
 def test_load_unload_and_a_settings_change_show_up_in_the_engine_view(page, srv):
@@ -203,7 +208,7 @@ def test_load_unload_and_a_settings_change_show_up_in_the_engine_view(page, srv)
     click(driver, '#loaded-table tr[data-model="tiny:s-f32"] button', "the Unload button")
     wait_for(driver, lambda d: not d.find_elements(By.CSS_SELECTOR, '#loaded-table tr[data-model="tiny:s-f32"]'),
              "the unloaded model leaves the table")
-    assert "tiny:s-f32" not in [m["name"] for m in httpx.get(srv.url + "/api/ps").json()["models"]]
+    assert "tiny:s-f32" not in names(srv, "/api/ps")
 
 
 def test_a_chat_message_streams_a_reply_with_usage_and_the_same_request_as_code(page, srv):
@@ -303,7 +308,7 @@ def test_a_pull_started_elsewhere_shows_its_progress_and_can_be_cancelled(page, 
                 pulling.join(timeout=30)
                 assert not pulling.is_alive() and "cancelled" in lines[-1]["error"]
                 wait_for(driver, lambda d: not d.find_elements(By.CSS_SELECTOR, item), "the pull leaves the list")
-                assert "org/slow" not in [m["name"] for m in httpx.get(srv.url + "/api/tags").json()["models"]]
+                assert "org/slow" not in names(srv, "/api/tags")
         finally:
             store.use_puller(None)
 

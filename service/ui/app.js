@@ -91,6 +91,23 @@ async function errorText(response) {
   }
 }
 
+// The frames of a streamed response as they arrive: NDJSON lines ("\n") or server-sent events ("\n\n").
+async function* frames(response, separator) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += decoder.decode(value, { stream: true });
+    let end;
+    while ((end = buffer.indexOf(separator)) >= 0) {
+      yield buffer.slice(0, end);
+      buffer = buffer.slice(end + separator.length);
+    }
+  }
+}
+
 async function getJSON(path) {
   const response = await request(path);
   if (!response.ok) throw new Error(await errorText(response));
@@ -215,26 +232,16 @@ async function startPull(tag) {
   try {
     const response = await request("/api/pull", { method: "POST", json: { model: tag }, signal: state.controller.signal });
     if (!response.ok) throw new Error(await errorText(response));
-    const reader = response.body.getReader();
-    const decoder = new TextDecoder();
-    let buffer = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buffer += decoder.decode(value, { stream: true });
-      let newline;
-      while ((newline = buffer.indexOf("\n")) >= 0) {
-        const line = buffer.slice(0, newline).trim();
-        buffer = buffer.slice(newline + 1);
-        if (!line) continue;
-        const event = JSON.parse(line);
-        if (event.error) throw new Error(event.error);
-        state.status = event.status;
-        state.completed = event.overall_completed ?? state.completed;
-        state.total = event.overall_total ?? state.total;
-        state.samples.push([performance.now(), state.completed]);
-        renderPulls();
-      }
+    for await (const frame of frames(response, "\n")) {
+      const line = frame.trim();
+      if (!line) continue;
+      const event = JSON.parse(line);
+      if (event.error) throw new Error(event.error);
+      state.status = event.status;
+      state.completed = event.overall_completed ?? state.completed;
+      state.total = event.overall_total ?? state.total;
+      state.samples.push([performance.now(), state.completed]);
+      renderPulls();
     }
     pulls.delete(tag);
   } catch (error) {
@@ -557,41 +564,30 @@ $("chat-form").addEventListener("submit", async () => {
   try {
     const response = await request("/v1/chat/completions", { method: "POST", json: body, signal: streaming.signal });
     if (!response.ok) throw new Error(await errorText(response));
-    const reader = response.body.getReader();
-    const decoder = new TextDecoder();
-    let buffer = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buffer += decoder.decode(value, { stream: true });
-      let end;
-      while ((end = buffer.indexOf("\n\n")) >= 0) {
-        const chunk = buffer.slice(0, end);
-        buffer = buffer.slice(end + 2);
-        const data = chunk.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("");
-        if (!data || data === "[DONE]") continue;
-        const event = JSON.parse(data);
-        if (event.error) throw new Error(event.error.message || JSON.stringify(event.error));
-        if (event.usage) usage = event.usage;
-        const delta = event.choices && event.choices[0] && event.choices[0].delta;
-        if (!delta) continue;
-        if (first === null && (delta.content || delta.reasoning_content || delta.tool_calls)) first = performance.now();
-        if (delta.reasoning_content) {
-          if (!thinking) {
-            thinking = el("pre", {});
-            view.node.insertBefore(el("details", { open: true }, el("summary", {}, "Thinking"), thinking), view.body);
-          }
-          thinking.textContent += delta.reasoning_content;
+    for await (const chunk of frames(response, "\n\n")) {
+      const data = chunk.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("");
+      if (!data || data === "[DONE]") continue;
+      const event = JSON.parse(data);
+      if (event.error) throw new Error(event.error.message || JSON.stringify(event.error));
+      if (event.usage) usage = event.usage;
+      const delta = event.choices && event.choices[0] && event.choices[0].delta;
+      if (!delta) continue;
+      if (first === null && (delta.content || delta.reasoning_content || delta.tool_calls)) first = performance.now();
+      if (delta.reasoning_content) {
+        if (!thinking) {
+          thinking = el("pre", {});
+          view.node.insertBefore(el("details", { open: true }, el("summary", {}, "Thinking"), thinking), view.body);
         }
-        for (const call of delta.tool_calls || []) {
-          calls[call.index] = calls[call.index] || { id: call.id, name: "", arguments: "" };
-          if (call.function && call.function.name) calls[call.index].name = call.function.name;
-          if (call.function && call.function.arguments) calls[call.index].arguments += call.function.arguments;
-        }
-        if (delta.content) {
-          answer += delta.content;
-          view.body.textContent = answer;
-        }
+        thinking.textContent += delta.reasoning_content;
+      }
+      for (const call of delta.tool_calls || []) {
+        calls[call.index] = calls[call.index] || { id: call.id, name: "", arguments: "" };
+        if (call.function && call.function.name) calls[call.index].name = call.function.name;
+        if (call.function && call.function.arguments) calls[call.index].arguments += call.function.arguments;
+      }
+      if (delta.content) {
+        answer += delta.content;
+        view.body.textContent = answer;
       }
     }
     const made = calls.filter(Boolean);
