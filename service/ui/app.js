@@ -308,7 +308,8 @@ async function refreshMachine() {
   const [tags, stats] = await Promise.all([getJSON("/api/tags"), getJSON("/api/stats")]);
   watchElsewhere(stats.pulls || []);
   renderPulls();
-  $("downloaded-table").tBodies[0].replaceChildren(...tags.models.map((m) => el("tr", { "data-model": m.name },
+  const none = el("tr", {}, el("td", { colspan: 5, class: "muted" }, "Nothing downloaded yet: pull a model from the catalog."));
+  $("downloaded-table").tBodies[0].replaceChildren(...(tags.models.length ? [] : [none]), ...tags.models.map((m) => el("tr", { "data-model": m.name },
     el("td", {}, el("strong", {}, m.name), el("span", { class: "desc" },
       [m.details.family, m.details.parameter_size, m.details.quantization_level].filter(Boolean).join(" · "))),
     el("td", { class: "num" }, bytes(m.size)),
@@ -375,7 +376,8 @@ async function refreshEngine() {
   $("memory-now").textContent = `Process ${bytes(stats.process.rss_bytes)}` +
     (stats.process.mlx ? ` · MLX active ${bytes(mlx.active_bytes)}, peak ${bytes(mlx.peak_bytes)}, cache ${bytes(mlx.cache_bytes)}` : "");
   const expires = Object.fromEntries(ps.models.map((m) => [m.name, m.expires_at]));
-  $("loaded-table").tBodies[0].replaceChildren(...stats.models.map((m) => {
+  const idle = el("tr", {}, el("td", { colspan: 11, class: "muted" }, "No model is loaded: one loads on its first request, or here."));
+  $("loaded-table").tBodies[0].replaceChildren(...(stats.models.length ? [] : [idle]), ...stats.models.map((m) => {
     const u = m.usage && m.usage.requests ? m.usage : {}; // nothing measured yet: empty cells, not zeros
     const cache = m.prefix_cache ? Object.entries(m.prefix_cache).map(([tier, c]) => `${tier} ${c.hits}/${c.hits + c.misses}`).join(", ") : "";
     const unload = m.state === "ready" ? el("button", { type: "button", class: "quiet", onclick: () => loadOrUnload(m.name, "unload") }, "Unload") : null;
