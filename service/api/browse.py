@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from ..catalog import Entry, load_catalog
 from ..catalog.memory import estimate
+from ..hub import store
 from .errors import OLLAMA
 from .schemas import documented
 
@@ -43,8 +44,6 @@ def _entry(entry: Entry, context: int, on_disk: set[str]) -> dict:
 
 
 def _view(manager) -> dict:
-    from ..hub import store
-
     settings, catalog = manager.settings, manager.catalog
     on_disk = {m.name for m in store.downloaded(settings, catalog)}
     problems = []
