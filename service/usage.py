@@ -31,9 +31,7 @@ class ModelUsage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
-    ttft_seconds: float = 0.0  # the last request's
-    ttft_total: float = 0.0
-    ttft_count: int = 0
+    ttft_seconds: float = 0.0  # the last request's (the mean is the histogram's)
     decode_tps: float = 0.0  # the last request's
     decode_tokens: int = 0
     decode_seconds: float = 0.0
@@ -50,8 +48,6 @@ class ModelUsage:
         self.cached_tokens += cached
         if ttft is not None:
             self.ttft_seconds = ttft
-            self.ttft_total += ttft
-            self.ttft_count += 1
             self.ttft.observe(ttft)
         if completion > 1 and decode > 0:  # the first token belongs to the prompt's time
             self.decode_tps = (completion - 1) / decode
@@ -63,6 +59,6 @@ class ModelUsage:
         return {"requests": self.requests, "errors": self.errors, "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens, "cached_tokens": self.cached_tokens,
                 "ttft_seconds": {"last": round(self.ttft_seconds, 4),
-                                 "mean": round(self.ttft_total / self.ttft_count, 4) if self.ttft_count else 0.0},
+                                 "mean": round(self.ttft.total / self.ttft.count, 4) if self.ttft.count else 0.0},
                 "decode_tokens_per_second": {"last": round(self.decode_tps, 2), "mean": round(
                     self.decode_tokens / self.decode_seconds, 2) if self.decode_seconds else 0.0}}

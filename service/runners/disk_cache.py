@@ -88,24 +88,25 @@ class DiskPromptCache:
         return cache, common
 
     # ---- writing (its own thread) -------------------------------------------------------------------------
-    def wants(self, tokens: int) -> bool:
-        """Whether a prompt of this many tokens would be written now (the caller prepares only those). A cache
-        arriving while the writer is behind by MAX_PENDING is skipped (counted): each one held is a whole KV
-        cache of memory."""
-        if tokens < MIN_TOKENS or self.max_bytes <= 0:
-            return False
-        if self._writes.qsize() >= MAX_PENDING:
-            self.counts["disk_skipped"] += 1
-            return False
-        return True
-
     def store(self, tokens: list[int], cache: list) -> None:
-        """Queue a finished prompt's cache (its arrays evaluated) for writing; returns at once."""
+        """Queue a finished prompt's cache for writing, on the runner's thread; returns once it is queued.
+
+        A batch hands out a finished sequence's cache as lazy slices on the runner's stream, which the writer
+        thread cannot evaluate (it would wait for ever), so they are computed here: one copy of this sequence's
+        KV. A cache arriving while the writer is behind by MAX_PENDING is skipped (counted) rather than held:
+        each one is a whole KV cache of memory."""
+        import mlx.core as mx
+
+        if len(tokens) < MIN_TOKENS or self.max_bytes <= 0:
+            return
         with self._lock:
             if tuple(tokens) in self._entries:
                 return
-        if self.wants(len(tokens)):
-            self._writes.put((tuple(tokens), cache))
+        if self._writes.qsize() >= MAX_PENDING:
+            self.counts["disk_skipped"] += 1
+            return
+        mx.eval([c.state for c in cache])
+        self._writes.put((tuple(tokens), cache))
 
     def _writer(self) -> None:
         from mlx_lm.models.cache import save_prompt_cache
@@ -121,6 +122,7 @@ class DiskPromptCache:
             try:
                 save_prompt_cache(str(partial), cache, metadata={"model": self.key})
                 os.replace(partial, path)  # a crash mid-write never leaves a file that looks complete
+                # The checksum of what a read will find, from the file as written (still in the page cache).
                 entry = _Entry(tokens, name, path.stat().st_size, _load(path)[2], time.time())
             except Exception as exc:
                 log.warning("could not write a prefix-cache file: %s", exc)

@@ -499,11 +499,7 @@ class MlxLmRunner:
         if not isinstance(offset, int) or offset <= 0 or offset > len(seen):
             return
         self.prompt_cache.insert_cache(self.name, seen[:offset], cache)
-        if self.disk_cache is not None and self.disk_cache.wants(offset):
-            # Written by its own thread, and nothing changes this cache any more; but a batch's cache comes out
-            # as lazy slices on this thread's stream, which another thread cannot evaluate (it would wait for
-            # ever), so they are computed here: one copy of this sequence's KV.
-            mx.eval([c.state for c in cache])
+        if self.disk_cache is not None:  # written by its own thread; nothing changes this cache any more
             self.disk_cache.store(seen[:offset], cache)
 
     def _sampler(self, job: Job):
