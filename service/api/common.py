@@ -8,7 +8,7 @@ import time
 from typing import Any, TypeVar
 
 from fastapi import Request
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..engine.events import ToolCall
 from ..engine.request import Image, ResponseFormat, Sampling, Tool
@@ -84,6 +84,18 @@ def _text(value: str, where: str) -> None:
     except UnicodeEncodeError:
         raise BadRequest(f"{where or 'body'}: text must be valid Unicode (a lone surrogate like \\ud800 is not)",
                          param=where or None) from None
+
+
+class ModelRequest(BaseModel):
+    """An Ollama body naming a model: `model`, or the older `name`."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str = ""
+    name: str | None = None  # legacy alias of `model`
+
+    @property
+    def model_name(self) -> str:
+        return (self.model or self.name or "").strip()
 
 
 def json_body(model: type[BaseModel]) -> dict:

@@ -8,21 +8,17 @@ import threading
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict
 
 from ..errors import BadRequest, NotFound, ServiceError
 from ..hub import store
-from .common import json_body, parse_body
+from .common import ModelRequest, json_body, parse_body
 from .errors import OLLAMA
 from .schemas import NDJSON, Cancelled, PullStatus, documented
 
 router = APIRouter()
 
 
-class PullRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    model: str = ""
-    name: str | None = None
+class PullRequest(ModelRequest):
     stream: bool = True
 
 
@@ -39,7 +35,7 @@ def _ollama_line(event: dict) -> dict:
              responses=documented(OLLAMA, PullStatus, NDJSON))
 async def pull(request: Request):
     body = await parse_body(request, PullRequest)
-    name = (body.model or body.name or "").strip()
+    name = body.model_name
     if not name:
         raise BadRequest("`model` is required")
     manager = request.app.state.manager
@@ -108,33 +104,22 @@ async def pull(request: Request):
     return StreamingResponse(lines(), media_type="application/x-ndjson")
 
 
-class CancelRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    model: str = ""
-
-
-@router.delete("/api/pull", openapi_extra=json_body(CancelRequest), responses=documented(OLLAMA, Cancelled))
+@router.delete("/api/pull", openapi_extra=json_body(ModelRequest), responses=documented(OLLAMA, Cancelled))
 async def cancel_pull(request: Request):
     """Stop a running pull, whoever started it (the web UI's cancel button); its partial files stay, for resume."""
-    body = await parse_body(request, CancelRequest)
-    cancel = request.app.state.manager.pull_cancels.get(body.model.strip())
+    body = await parse_body(request, ModelRequest)
+    cancel = request.app.state.manager.pull_cancels.get(body.model_name)
     if cancel is None:
-        raise NotFound(f"no pull of {body.model!r} is running")
+        raise NotFound(f"no pull of {body.model_name!r} is running")
     cancel.set()
     return {"cancelled": True}
 
 
-class DeleteRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    model: str = ""
-    name: str | None = None
-
-
-@router.delete("/api/delete", openapi_extra=json_body(DeleteRequest), responses=documented(OLLAMA))
+@router.delete("/api/delete", openapi_extra=json_body(ModelRequest), responses=documented(OLLAMA))
 async def delete(request: Request):
-    body = await parse_body(request, DeleteRequest)
+    body = await parse_body(request, ModelRequest)
     manager = request.app.state.manager
-    name = (body.model or body.name or "").strip()
+    name = body.model_name
     found = await asyncio.to_thread(store.find, manager.settings, manager.catalog, name)
     for served in [s for s in manager.models.values() if s.target.path == found.path]:
         await manager.unload(served.name, reason="deleted")  # its files go next: never delete under a model

@@ -12,7 +12,6 @@ from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
-from pydantic import BaseModel, ConfigDict
 
 from .. import __version__
 from ..engine.events import Done, Event, Result, TextDelta, ThinkingDelta, ToolCall
@@ -20,6 +19,7 @@ from ..engine.request import GenerationRequest, Message, ResponseFormat, Thinkin
 from ..errors import BadRequest, ServiceError
 from . import finish
 from .common import (
+    ModelRequest,
     function_calls,
     function_tools,
     json_body,
@@ -53,19 +53,12 @@ _OPTIONS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "m
             "repeat_penalty": "repetition_penalty"}
 
 
-class _Base(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    model: str = ""
-    name: str | None = None  # legacy alias of `model`
+class _Base(ModelRequest):
     stream: bool = True
     keep_alive: int | float | str | None = None
     options: dict[str, Any] | None = None
     format: Any = None
     think: bool | str | None = None
-
-    @property
-    def model_name(self) -> str:
-        return self.model or self.name or ""
 
 
 class ChatRequest(_Base):
@@ -321,10 +314,7 @@ async def tags(request: Request):
                        for m in found]}
 
 
-class ShowRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    model: str = ""
-    name: str | None = None
+class ShowRequest(ModelRequest):
     verbose: bool = False
 
 
@@ -332,7 +322,7 @@ class ShowRequest(BaseModel):
 async def show(request: Request):
     body = await parse_body(request, ShowRequest)
     manager = request.app.state.manager
-    target = manager.resolve((body.model or body.name or "").strip())
+    target = manager.resolve(body.model_name)
     return render_show(manager.catalog, target.entry, target.name, target.path)
 
 
